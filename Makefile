@@ -1,0 +1,46 @@
+# Every target creates the virtual environment when it is missing (or older than the pins).
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+WAREHOUSE ?= $(CURDIR)/warehouse
+export DAGSTER_HOME ?= $(WAREHOUSE)/.dagster
+export PYTHONPATH := $(CURDIR)
+ARGS ?=
+
+.PHONY: demo test ui bench soak setup clean
+
+$(BIN)/.installed: pyproject.toml constraints.txt
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "epochal needs Python 3.11 or newer")'
+	@command -v java >/dev/null || { echo "epochal needs Java 17 on PATH (java -version)"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
+	$(BIN)/pip check
+	@touch $@
+
+# Spark resolves the Delta JARs from Maven Central on its first start; do it once, with a clear error.
+$(BIN)/.jars: $(BIN)/.installed
+	$(BIN)/python -m resources.session
+	@touch $@
+
+setup: $(BIN)/.jars
+
+demo: setup
+	@mkdir -p $(DAGSTER_HOME)
+	$(BIN)/python -m ops.demo --warehouse $(WAREHOUSE) $(ARGS)
+
+test: setup
+	$(BIN)/python -m pytest $(ARGS)
+
+ui: setup
+	@mkdir -p $(DAGSTER_HOME)
+	EPOCHAL_WAREHOUSE=$(WAREHOUSE) $(BIN)/dagster dev -w dagster_workspace.yaml -h 127.0.0.1 -p $${PORT:-3000}
+
+bench: setup
+	$(BIN)/python -m bench $(ARGS)
+
+soak: setup
+	$(BIN)/python -m tests.soak $(ARGS)
+
+clean:
+	rm -rf $(VENV) warehouse .pytest_cache .hypothesis

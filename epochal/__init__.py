@@ -1,0 +1,1 @@
+"""epochal: derived tables declared as Spark SQL over Delta Lake, maintained incrementally."""

@@ -1,0 +1,105 @@
+"""The one place a Spark session with Delta Lake is built.
+
+The engine (`epochal`) never builds sessions: it is handed one. Dagster resources, tests, the
+benchmark and the demo all come through `delta_spark_session`, so every process gets the same
+Delta settings, and static settings (`spark.jars.packages`, driver memory) are fixed before the
+JVM starts.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+
+
+class SparkStartError(RuntimeError):
+    """Spark with Delta could not be started; the message says what to check."""
+
+
+@dataclass(frozen=True)
+class SparkSettings:
+    """How to reach Spark. `master` is `local[*]`, a `spark://host:port` standalone master or a
+    Spark Connect `sc://host:port` URL; the environment variable EPOCHAL_SPARK_MASTER overrides
+    the default."""
+
+    master: str = field(default_factory=lambda: os.environ.get("EPOCHAL_SPARK_MASTER", "local[*]"))
+    app_name: str = "epochal"
+    driver_memory: str = field(default_factory=lambda: os.environ.get("EPOCHAL_DRIVER_MEMORY", "6g"))
+    shuffle_partitions: int = 8
+    ui: bool = False
+    extra_conf: dict[str, str] = field(default_factory=dict)
+
+
+def delta_artifact() -> str:
+    """The Maven coordinate of the Delta JAR matching the installed pyspark and delta-spark."""
+    import importlib.metadata
+
+    import pyspark
+
+    spark_minor = ".".join(pyspark.__version__.split(".")[:2])
+    delta_version = importlib.metadata.version("delta-spark")
+    return f"io.delta:delta-spark_{spark_minor}_2.13:{delta_version}"
+
+
+def delta_spark_session(settings: SparkSettings | None = None):
+    """Return the process's Spark session, built with Delta Lake configured.
+
+    With a local or standalone master the Delta JARs are resolved by Spark's own package
+    mechanism (Ivy) from Maven Central on first use and cached under ~/.ivy2.5.2 (Maven's
+    ~/.m2/repository is consulted first). With Spark Connect, Delta must be configured on the
+    server; the client only connects.
+    """
+    from pyspark.sql import SparkSession
+
+    settings = settings or SparkSettings()
+    if settings.master.startswith("sc://"):
+        return SparkSession.builder.remote(settings.master).getOrCreate()
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+
+    builder = (
+        SparkSession.builder.master(settings.master)
+        .appName(settings.app_name)
+        .config("spark.jars.packages", delta_artifact())
+        .config("spark.sql.extensions", DELTA_EXTENSION)
+        .config("spark.sql.catalog.spark_catalog", DELTA_CATALOG)
+        .config("spark.driver.memory", settings.driver_memory)
+        .config("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
+        .config("spark.default.parallelism", str(settings.shuffle_partitions))
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.ui.enabled", "true" if settings.ui else "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        # Delta replays its log with this many tasks; the default (50) is sized for clusters.
+        .config("spark.databricks.delta.snapshotPartitions", "2")
+        .config("spark.sql.adaptive.enabled", "true")
+        .config("spark.driver.extraJavaOptions", "-Dlog4j2.level=WARN")
+    )
+    for key, value in settings.extra_conf.items():
+        builder = builder.config(key, value)
+    try:
+        spark = builder.getOrCreate()
+    except Exception as error:  # the JVM exits before Python sees why; Ivy printed the reason
+        if "JAVA_GATEWAY_EXITED" not in str(error) and "Java gateway" not in str(error):
+            raise
+        raise SparkStartError(
+            f"Spark could not start with Delta Lake ({delta_artifact()}). Most often the JAR could "
+            "not be resolved from Maven Central: read the Ivy 'UNRESOLVED DEPENDENCIES' report "
+            "printed above, check that https://repo1.maven.org/maven2 is reachable (proxy "
+            "settings), or fill ~/.m2/repository with `mvn dependency:get -Dartifact="
+            f"{delta_artifact()}`. Also check that Java 17 is on PATH (`java -version`)."
+        ) from error
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+if __name__ == "__main__":  # `python -m resources.session`: resolve the JARs once, loudly
+    session = delta_spark_session()
+    session.range(1).write.format("delta").mode("overwrite").save(
+        os.path.join(os.environ.get("TMPDIR", "/tmp"), "epochal-delta-check")
+    )
+    print(f"Spark {session.version} with {delta_artifact()}: ok")
