@@ -1,1 +1,8 @@
-"""epochal: derived tables declared as Spark SQL over Delta Lake, maintained incrementally."""
+"""epochal: derived tables declared as Spark SQL over Delta Lake, maintained incrementally from
+Delta change data feeds in reclocked batch epochs. The public API is `Engine` (see engine.py)."""
+
+from .engine import Engine, Table
+from .epoch import Report
+from .errors import DefinitionError, EpochalError, EpochError, StrictModeError
+
+__all__ = ["Engine", "Table", "Report", "DefinitionError", "EpochalError", "EpochError", "StrictModeError"]

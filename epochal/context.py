@@ -1,0 +1,116 @@
+"""Evaluating a plan within one epoch: each node's change batch (`delta`) and its contents as of
+the epoch's start or end (`snapshot`), dispatched to the node's rule and memoized, so a subplan used
+by several join terms is planned once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
+
+from .graph import Node, Scan, walk
+from .state import StateStore
+
+OLD, NEW = "old", "new"
+
+
+@dataclass(frozen=True)
+class InputRange:
+    """An input table and the versions an epoch step reads: `before` is its version as of the
+    epoch's start, `after` as of its end (-1: the table had no version yet)."""
+
+    name: str
+    path: str
+    kind: str  # "source" | "derived"
+    before: int
+    after: int
+    schema: StructType
+
+    @property
+    def changed(self) -> bool:
+        return self.before != self.after
+
+    def version(self, side: str) -> int:
+        return self.before if side == OLD else self.after
+
+
+def state_names(plan: Node, stateful: Callable[[Node], bool]) -> dict[int, str]:
+    """Stable names for the state of each stateful node: its kind and position in the plan."""
+    names = {}
+    for position, node in enumerate(walk(plan)):
+        if stateful(node):
+            names[id(node)] = f"{node.kind.lower()}{position}"
+    return names
+
+
+class Context:
+    def __init__(
+        self,
+        spark: SparkSession,
+        plan: Node,
+        inputs: dict[str, InputRange],
+        state: StateStore,
+        *,
+        rescan: bool = False,
+        broadcast_rows: int = 200_000,
+    ):
+        from .rules import rule_for
+
+        self.spark = spark
+        self.plan = plan
+        self.inputs = inputs
+        self.state = state
+        self.rescan = rescan
+        self.broadcast_rows = broadcast_rows
+        self.rule_for = rule_for
+        self.state_names = state_names(plan, lambda node: rule_for(node).stateful(node))
+        self._deltas: dict[int, DataFrame | None] = {}
+        self._snapshots: dict[tuple[int, str], DataFrame] = {}
+        self._changed: dict[int, bool] = {}
+        self.scratch: dict[tuple[int, str], object] = {}
+        self.input_deltas: dict[str, DataFrame] = {}
+        self.checks: list[tuple[str, DataFrame]] = []  # (what is wrong, rows showing it): must be empty
+
+    def changed(self, node: Node) -> bool:
+        """Whether any input below `node` changed in this epoch (decided without Spark)."""
+        if id(node) not in self._changed:
+            if isinstance(node, Scan):
+                self._changed[id(node)] = self.inputs[node.table].changed
+            else:
+                self._changed[id(node)] = any(self.changed(child) for child in node.inputs)
+        return self._changed[id(node)]
+
+    def delta(self, node: Node) -> DataFrame | None:
+        """The node's consolidated-or-not change batch; None when nothing below it changed."""
+        if id(node) not in self._deltas:
+            self._deltas[id(node)] = self.rule_for(node).delta(node, self) if self.changed(node) else None
+        return self._deltas[id(node)]
+
+    def snapshot(self, node: Node, side: str) -> DataFrame:
+        if not self.changed(node):
+            side = NEW  # old and new are the same; share one plan
+        key = (id(node), side)
+        if key not in self._snapshots:
+            self._snapshots[key] = self.rule_for(node).snapshot(node, self, side)
+        return self._snapshots[key]
+
+    def schema(self, node: Node) -> StructType:
+        return self.snapshot(node, NEW).schema
+
+    def memo(self, node: Node, what: str, compute: Callable[[], object]):
+        key = (id(node), what)
+        if key not in self.scratch:
+            self.scratch[key] = compute()
+        return self.scratch[key]
+
+    def state_name(self, node: Node) -> str:
+        return self.state_names[id(node)]
+
+    def build_states(self) -> None:
+        """Queue full state tables for every stateful node, computed at the epoch's end."""
+        for node in walk(self.plan):
+            rule = self.rule_for(node)
+            if rule.stateful(node):
+                rule.build_state(node, self)

@@ -1,0 +1,271 @@
+"""The engine's public API (DESIGN.md section 8). Tests, benchmarks, the Dagster assets and any
+outside tool drive the engine through this class; it imports nothing from Dagster.
+
+    engine = Engine(spark, warehouse="/path/or/uri")
+    engine.source("orders", clock="logical")       # Delta table at <warehouse>/sources/orders
+    engine.define("revenue_by_nation", sql)         # other tables are referenced by name
+    reports = engine.refresh()                      # one on-demand epoch over all tables
+    reports = engine.refresh(["revenue_by_nation"], until=ts)  # the epoch ending at source time ts
+    engine.read("revenue_by_nation")                # the table's visible columns
+    engine.recompute("revenue_by_nation")           # full recompute at its current frontier (oracle)
+    print(engine.explain("revenue_by_nation"))
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
+
+from . import epoch as protocol
+from .changes import read_snapshot
+from .clock import clock_named
+from .compile import Compiled, compile_definition, parse, referenced_tables
+from .context import InputRange
+from .deltalog import DeltaLog
+from .epoch import Report
+from .errors import DefinitionError, EpochalError
+from .keys import output_key
+from .ledger import Ledger, Step
+from .plan import TableInfo
+from .reclock import Epoch, Remap, Source
+from .warehouse import Warehouse, check_name
+
+DELTA_FORBIDDEN = re.compile(r"[ ,;{}()\n\t=]")
+
+
+@dataclass
+class Table:
+    """A derived table as the engine runs it."""
+
+    name: str
+    compiled: Compiled
+    path: str
+    state_root: str
+    ledger: Ledger
+    schema: StructType
+    key: tuple[int, ...] | None
+    strict: bool = False
+
+
+class Engine:
+    def __init__(
+        self,
+        spark: SparkSession,
+        warehouse: str,
+        *,
+        storage_options: dict[str, str] | None = None,
+        strict: bool = False,
+        broadcast_rows: int = 200_000,
+    ):
+        self.spark = spark
+        self.warehouse = Warehouse(warehouse)
+        self.storage_options = storage_options
+        self.strict = strict
+        self.broadcast_rows = broadcast_rows
+        self.run_id = uuid.uuid4().hex
+        self.remap = Remap(self.warehouse.engine_path("remap"), storage_options, self.run_id)
+        self.sources: dict[str, Source] = {}
+        self._tables: dict[str, Table] = {}
+
+    # ---- declaring ---------------------------------------------------------------------------
+    def source(self, name: str, path: str | None = None, clock: str = "commit") -> Source:
+        """Declare a source Delta table (default location <warehouse>/sources/<name>). `clock`
+        is "commit" (commit timestamps) or "logical" (a time writers put in userMetadata)."""
+        check_name(name, "source")
+        if name in self._tables:
+            raise DefinitionError(name, "is already defined as a derived table")
+        path = path.rstrip("/") if path else self.warehouse.source_path(name)
+        if DeltaLog.open(path, self.storage_options) is None:
+            raise EpochalError(
+                f"source {name!r}: no Delta table at {path}; create it first (or pass path=...)"
+            )
+        source = Source(name, path, clock_named(clock))
+        self.sources[name] = source
+        return source
+
+    def define(self, name: str, sql: str, *, strict: bool | None = None) -> Table:
+        """Define (or redefine) a derived table by its SQL. Inputs must be declared or defined
+        first; errors name the table, the construct and the position in the SQL."""
+        check_name(name)
+        if name in self.sources:
+            raise DefinitionError(name, "is already declared as a source")
+        known = {n: TableInfo("source", tuple(f.name for f in self.schema_of(n).fields)) for n in self.sources}
+        known.update({n: TableInfo("derived", tuple(f.name for f in t.schema.fields)) for n, t in self._tables.items() if n != name})
+        schemas = {n: {f.name: f.dataType.simpleString() for f in self.schema_of(n).fields} for n in known}
+        compiled = compile_definition(name, sql, known, schemas)
+        self._check_cycle(name, compiled.inputs)
+        schema = self._analyze(name, compiled)
+        table = Table(
+            name=name,
+            compiled=compiled,
+            path=self.warehouse.table_path(name),
+            state_root=self.warehouse.engine_path("tables", name, "state"),
+            ledger=Ledger(self.warehouse.engine_path("tables", name, "ledger"), self.storage_options),
+            schema=schema,
+            key=output_key(compiled.plan),
+            strict=self.strict if strict is None else strict,
+        )
+        self._tables[name] = table
+        return table
+
+    def define_all(self, definitions: dict[str, str]) -> list[Table]:
+        """Define several tables in an order that puts every table after the tables it reads."""
+        pending = dict(definitions)
+        reads = {}
+        for name, sql in pending.items():
+            reads[name] = {t.name.lower() for t in referenced_tables(parse(name, sql))}
+        defined = []
+        while pending:
+            ready = [n for n in sorted(pending) if not (reads[n] & {p.lower() for p in pending if p != n})]
+            if not ready:
+                cycle = " -> ".join(sorted(pending))
+                raise DefinitionError(sorted(pending)[0], f"definitions read each other in a cycle ({cycle})",
+                                      fix="A derived table cannot depend on itself through other tables")
+            for name in ready:
+                defined.append(self.define(name, pending.pop(name)))
+        return defined
+
+    def _check_cycle(self, name: str, inputs: tuple[str, ...]) -> None:
+        stack, seen = list(inputs), set()
+        while stack:
+            current = stack.pop()
+            if current == name:
+                raise DefinitionError(name, f"reading {', '.join(inputs)} would make a cycle back to {name!r}")
+            if current in seen or current not in self._tables:
+                continue
+            seen.add(current)
+            stack.extend(self._tables[current].compiled.inputs)
+
+    def _analyze(self, name: str, compiled: Compiled) -> StructType:
+        from pyspark.errors import AnalysisException, ParseException
+
+        frames = {p: self.spark.createDataFrame([], self.schema_of(t)) for p, t in compiled.placeholders.items()}
+        try:
+            schema = self.spark.sql(compiled.recompute_sql, **frames).schema
+        except (AnalysisException, ParseException) as error:
+            raise DefinitionError(name, f"Spark rejects the query: {error.getMessage() if hasattr(error, 'getMessage') else error}",
+                                  fix="Correct the SQL") from None
+        names = [f.name for f in schema.fields]
+        for position, column in enumerate(names):
+            if column.lower() in [n.lower() for n in names[:position]]:
+                raise DefinitionError(name, f"two output columns are named {column!r}", construct=column,
+                                      fix="Give them distinct aliases (... AS other_name)")
+            if DELTA_FORBIDDEN.search(column):
+                raise DefinitionError(
+                    name, f"output column {column!r} has characters Delta does not allow in column names",
+                    construct=column, fix=f"Give the expression an alias (... AS {re.sub(r'[^A-Za-z0-9_]+', '_', column).strip('_') or 'col'})",
+                )
+        return schema
+
+    # ---- looking up --------------------------------------------------------------------------
+    def table(self, name: str) -> Table:
+        try:
+            return self._tables[name]
+        except KeyError:
+            raise EpochalError(f"no derived table named {name!r}; defined: {', '.join(sorted(self._tables)) or 'none'}") from None
+
+    def tables(self) -> list[str]:
+        """Derived tables, every table after the tables it reads."""
+        order: list[str] = []
+
+        def visit(name: str) -> None:
+            if name in order or name not in self._tables:
+                return
+            for upstream in self._tables[name].compiled.inputs:
+                visit(upstream)
+            order.append(name)
+
+        for name in sorted(self._tables):
+            visit(name)
+        return order
+
+    def schema_of(self, name: str) -> StructType:
+        if name in self.sources:
+            log = DeltaLog.open(self.sources[name].path, self.storage_options)
+            if log is None:
+                raise EpochalError(f"source {name!r}: no Delta table at {self.sources[name].path}")
+            return log.spark_schema()
+        return self.table(name).schema
+
+    def leaf_sources(self, name: str) -> list[str]:
+        if name in self.sources:
+            return [name]
+        return sorted({s for upstream in self.table(name).compiled.inputs for s in self.leaf_sources(upstream)})
+
+    def ledger(self, name: str) -> list[Step]:
+        return self.table(name).ledger.steps()
+
+    # ---- running -----------------------------------------------------------------------------
+    def epoch(self, until: datetime | None = None, tables: list[str] | None = None) -> Epoch:
+        """The remap entry for the epoch ending at `until` (or a new on-demand epoch)."""
+        names = tables or self.tables()
+        sources = [self.sources[s] for s in sorted({s for n in names for s in self.leaf_sources(n)})]
+        return self.remap.window(until, sources) if until is not None else self.remap.on_demand(sources)
+
+    def refresh(
+        self,
+        tables: list[str] | None = None,
+        until: datetime | None = None,
+        *,
+        full_refresh: bool = False,
+        upstream: bool = True,
+    ) -> list[Report]:
+        """Run one epoch over `tables` (default: all), in dependency order. With `until`, the epoch
+        is the time window ending at that source time; without, an on-demand epoch covering every
+        source's latest version. With `upstream`, derived tables the named ones read are brought
+        to the epoch too; without, they must already have applied it."""
+        wanted = set(tables) if tables else set(self.tables())
+        for name in wanted:
+            self.table(name)
+        if upstream:
+            stack = list(wanted)
+            while stack:
+                for up in self.table(stack.pop()).compiled.inputs:
+                    if up in self._tables and up not in wanted:
+                        wanted.add(up)
+                        stack.append(up)
+        names = [n for n in self.tables() if n in wanted]
+        epoch = self.epoch(until, names)
+        return [protocol.run(self, self.table(name), epoch, full_refresh=full_refresh) for name in names]
+
+    def output_frame(self, table: Table, inputs: dict[str, InputRange], side: str) -> DataFrame:
+        """The table's SQL run in full over its inputs at the given side's versions."""
+        frames = {
+            placeholder: read_snapshot(
+                self.spark, inputs[name].path, inputs[name].before if side == "before" else inputs[name].after,
+                inputs[name].schema,
+            )
+            for placeholder, name in table.compiled.placeholders.items()
+        }
+        return self.spark.sql(table.compiled.recompute_sql, **frames)
+
+    def read(self, name: str) -> DataFrame:
+        """The table's visible rows as of its last committed epoch."""
+        table = self.table(name)
+        last = table.ledger.last_committed()
+        if last is None:
+            raise EpochalError(f"table {name!r} has not been refreshed yet; call refresh() first")
+        return read_snapshot(self.spark, table.path, last.output_version, table.schema)
+
+    def recompute(self, name: str) -> DataFrame:
+        """The full recompute of the table's SQL at the input versions of its last epoch."""
+        table = self.table(name)
+        last = table.ledger.last_committed()
+        if last is None:
+            raise EpochalError(f"table {name!r} has not been refreshed yet; call refresh() first")
+        inputs = {
+            n: InputRange(n, self.sources[n].path if n in self.sources else self.table(n).path,
+                          "source" if n in self.sources else "derived", v["from"], v["to"], self.schema_of(n))
+            for n, v in last.inputs.items()
+        }
+        return self.output_frame(table, inputs, "after")
+
+    def explain(self, name: str) -> str:
+        from .explain import explain
+
+        return explain(self, self.table(name))

@@ -1,0 +1,360 @@
+"""The epoch protocol for one table (DESIGN.md section 4), all in this file.
+
+1. Reclock: the caller hands a frozen remap entry (`Epoch`).
+2. Decide: noop (no input changed: recorded without a Spark job), incremental, or rescan with a
+   reason. A step a crash interrupted is finished first, exactly as it was started.
+3. Record the step as `started` in the ledger: its epoch, technique and the input versions it reads.
+4. Compute the output change from the delta rules, reading state as of the previous step's ledger
+   versions; or, for a rescan, recompute in full and diff against the table.
+5. Write: one MERGE into the derived table, then the state tables; each with its idempotent-write
+   identity (app id, seq), so a rerun skips what a crashed run wrote.
+6. Record the step as `committed`, with the versions written.
+
+A crash anywhere followed by a rerun gives the state of an uninterrupted run: what step 4 reads is
+fixed by what step 3 recorded, and step 5 is idempotent.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import LongType
+
+from .changes import consolidate, quoted, read_snapshot
+from .context import Context, InputRange
+from .deltalog import DeltaLog
+from .errors import EpochError, StateInconsistent, StrictModeError
+from .graph import WEIGHT
+from .ledger import ABANDONED, COMMITTED, STARTED, Step
+from .reclock import Epoch
+from .state import StateMissing, StateStore
+from .writes import (
+    apply_keyed,
+    apply_multiset,
+    commit_tag,
+    ensure_table,
+    version_written,
+    write_identity,
+    write_state,
+    writer,
+)
+
+NOOP, INCREMENTAL, RESCAN = "noop", "incremental", "rescan"
+CONCURRENT_RETRIES = 3
+
+
+@dataclass
+class Report:
+    """What one epoch step did to one table."""
+
+    table: str
+    epoch: str
+    technique: str
+    reason: str
+    frontier: dict[str, int]
+    rows_read: int = 0
+    rows_inserted: int = 0
+    rows_deleted: int = 0
+    seconds: float = 0.0
+    state_rows: int = 0
+    output_version: int = -1
+    seq: int = 0
+    epoch_end: datetime | None = None
+    detail: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _report(table, step: Step, seconds: float, note: str | None = None) -> Report:
+    detail = dict(step.detail)
+    if note:
+        detail["note"] = note
+    return Report(
+        table=table.name,
+        epoch=step.epoch,
+        technique=step.technique,
+        reason=step.reason,
+        frontier={name: versions["to"] for name, versions in step.inputs.items()},
+        rows_read=step.rows_read,
+        rows_inserted=step.rows_inserted,
+        rows_deleted=step.rows_deleted,
+        seconds=round(seconds, 3),
+        state_rows=step.state_rows,
+        output_version=step.output_version,
+        seq=step.seq,
+        epoch_end=step.epoch_end,
+        detail=detail,
+    )
+
+
+def input_ranges(engine, table, last: Step | None, epoch: Epoch) -> dict[str, InputRange]:
+    ranges = {}
+    for name in table.compiled.inputs:
+        before = last.inputs[name]["to"] if last is not None and name in last.inputs else -1
+        if name in engine.sources:
+            source = engine.sources[name]
+            if name not in epoch.frontiers:
+                raise EpochError(f"epoch {epoch.key} has no frontier for source {name!r} (internal error)")
+            after = epoch.frontiers[name] - 1
+            path, kind = source.path, "source"
+        else:
+            upstream = engine.table(name)
+            applied = upstream.ledger.at_epoch(epoch.key)
+            if applied is None:
+                raise EpochError(
+                    f"table {table.name!r} reads {name!r}, which has not applied epoch {epoch.key} yet; "
+                    f"refresh {name!r} for this epoch first (engine.refresh includes upstream tables "
+                    "when asked for all tables)"
+                )
+            after = applied.output_version
+            path, kind = upstream.path, "derived"
+        ranges[name] = InputRange(name, path, kind, before, max(after, before), engine.schema_of(name))
+    return ranges
+
+
+def _decide(table, last: Step | None, inputs: dict[str, InputRange], full_refresh: bool) -> tuple[str, str]:
+    if last is None:
+        return RESCAN, "FIRST_RUN"
+    if last.fingerprint != table.compiled.fingerprint:
+        return RESCAN, "QUERY_CHANGED"
+    if full_refresh:
+        return RESCAN, "REQUESTED"
+    if not any(r.changed for r in inputs.values()):
+        return NOOP, ""
+    if table.compiled.plan is None:
+        return RESCAN, f"NOT_INCREMENTAL: {table.compiled.blocker}"
+    return INCREMENTAL, ""
+
+
+def run(engine, table, epoch: Epoch, *, full_refresh: bool = False) -> Report:
+    """Bring `table` to `epoch`, finishing an interrupted step first."""
+    began = time.monotonic()
+    ledger = table.ledger
+    last = ledger.last_committed()
+    if last is not None and last.epoch == epoch.key and not full_refresh:
+        return _report(table, last, time.monotonic() - began, note="already applied; nothing done")
+    if last is not None and last.epoch_end > epoch.end:
+        raise EpochError(
+            f"table {table.name!r} has already applied epoch {last.epoch}, later than {epoch.key}; "
+            "epochs apply in order"
+        )
+    pending = ledger.pending()
+    if pending is not None:
+        resumable = pending.fingerprint == table.compiled.fingerprint and not full_refresh
+        if resumable and pending.epoch == epoch.key:
+            return _execute(engine, table, epoch, pending, began)
+        if resumable and pending.epoch_end < epoch.end:
+            earlier = engine.remap.get(pending.epoch)
+            _execute(engine, table, earlier, pending, time.monotonic())
+            return run(engine, table, epoch, full_refresh=full_refresh)
+        _abandon(table, pending, "superseded: the definition changed or a full refresh was requested")
+        last = ledger.last_committed()
+
+    inputs = input_ranges(engine, table, last, epoch)
+    technique, reason = _decide(table, last, inputs, full_refresh)
+    if technique == RESCAN and table.strict and reason != "FIRST_RUN":
+        raise StrictModeError(
+            f"table {table.name!r} is strict and would need a rescan ({reason}) at epoch {epoch.key}; "
+            "refresh it with full_refresh=True to accept the rescan, or fix the cause"
+        )
+    step = Step(
+        seq=ledger.next_seq(),
+        status=STARTED,
+        epoch=epoch.key,
+        epoch_end=epoch.end,
+        technique=technique,
+        reason=reason,
+        fingerprint=table.compiled.fingerprint,
+        inputs={name: {"from": r.before, "to": r.after} for name, r in inputs.items()},
+        output_version=last.output_version if last else -1,
+        state_versions=dict(last.state_versions) if last else {},
+        run_id=engine.run_id,
+    )
+    if technique == NOOP:
+        step.status = COMMITTED
+        _, stored = ledger.record(step)
+        return _report(table, stored, time.monotonic() - began)
+    written, stored = ledger.record(step)
+    if not written:
+        if stored.epoch != epoch.key:
+            raise EpochError(
+                f"table {table.name!r} is being refreshed by another run (epoch {stored.epoch}); "
+                "try again when it has finished"
+            )
+        step = stored
+    return _execute(engine, table, epoch, step, began)
+
+
+def _abandon(table, step: Step, why: str) -> None:
+    table.ledger.record(
+        Step(seq=step.seq, status=ABANDONED, epoch=step.epoch, epoch_end=step.epoch_end,
+             technique=step.technique, reason=step.reason, fingerprint=step.fingerprint,
+             inputs=step.inputs, detail={"why": why})
+    )
+
+
+def _ranges_of(engine, table, step: Step) -> dict[str, InputRange]:
+    return {
+        name: InputRange(
+            name,
+            engine.sources[name].path if name in engine.sources else engine.table(name).path,
+            "source" if name in engine.sources else "derived",
+            versions["from"],
+            versions["to"],
+            engine.schema_of(name),
+        )
+        for name, versions in step.inputs.items()
+    }
+
+
+def _execute(engine, table, epoch: Epoch, step: Step, began: float) -> Report:
+    from delta.exceptions import DeltaConcurrentModificationException
+
+    for attempt in range(CONCURRENT_RETRIES):
+        try:
+            return _compute_and_write(engine, table, epoch, step, began)
+        except (StateInconsistent, StateMissing) as problem:
+            if step.technique != INCREMENTAL:
+                raise
+            _abandon(table, step, f"state unusable: {problem}")
+            fresh = Step(**{**step.__dict__, "seq": table.ledger.next_seq(), "technique": RESCAN,
+                            "reason": f"STATE_MISSING: {problem}"})
+            table.ledger.record(fresh)
+            step = fresh
+        except DeltaConcurrentModificationException:
+            committed = table.ledger.at_epoch(epoch.key)
+            if committed is not None:
+                return _report(table, committed, time.monotonic() - began, note="applied by a concurrent run")
+            time.sleep(0.5 * (attempt + 1))
+    return _compute_and_write(engine, table, epoch, step, began)
+
+
+def _compute_and_write(engine, table, epoch: Epoch, step: Step, began: float) -> Report:
+    spark = engine.spark
+    inputs = _ranges_of(engine, table, step)
+    last = table.ledger.last_committed()
+    output_schema = engine.output_frame(table, inputs, "after").schema
+    columns = [f.name for f in output_schema.fields]
+    before_write = DeltaLog.open(table.path, engine.storage_options)
+    previous_version = before_write.version if before_write is not None else -1
+    overwrite = False
+    state = StateStore(spark, table.state_root, dict(last.state_versions) if last else {}, engine.storage_options)
+
+    if step.technique == INCREMENTAL:
+        ctx = Context(spark, table.compiled.plan, inputs, state, broadcast_rows=engine.broadcast_rows)
+        root = ctx.delta(table.compiled.plan)
+        change = root.select(
+            *[F.col(quoted(internal)).cast(field.dataType).alias(field.name)
+              for internal, field in zip(table.compiled.plan.columns, output_schema.fields)],
+            F.col(WEIGHT),
+        )
+        change = consolidate(change)
+        base = read_snapshot(spark, table.path, step.output_version, output_schema)
+    else:
+        full = engine.output_frame(table, inputs, "after")
+        ensure_table(spark, table.path, output_schema, engine.storage_options)
+        current = spark.read.format("delta").load(table.path)
+        overwrite = [(f.name, f.dataType) for f in current.schema.fields] != [
+            (f.name, f.dataType) for f in output_schema.fields
+        ]
+        if overwrite:
+            change = full.select(*[F.col(quoted(c)) for c in columns], F.lit(1).cast(LongType()).alias(WEIGHT))
+        else:
+            change = consolidate(
+                full.select(*[F.col(quoted(c)) for c in columns], F.lit(1).cast(LongType()).alias(WEIGHT))
+                .unionByName(current.select(*[F.col(quoted(c)) for c in columns], F.lit(-1).cast(LongType()).alias(WEIGHT)))
+            )
+        base = current
+        ctx = Context(spark, table.compiled.plan, inputs, state, rescan=True) if table.compiled.plan else None
+        if ctx is not None:
+            ctx.build_states()
+
+    change = change.persist()
+    try:
+        if ctx is not None:
+            for problem, rows in ctx.checks:
+                if not rows.isEmpty():
+                    raise StateInconsistent(problem)
+        totals = change.agg(
+            F.sum(F.when(F.col(WEIGHT) > 0, F.col(WEIGHT)).otherwise(0)).alias("inserted"),
+            F.sum(F.when(F.col(WEIGHT) < 0, -F.col(WEIGHT)).otherwise(0)).alias("deleted"),
+        ).first()
+        inserted, deleted = int(totals["inserted"] or 0), int(totals["deleted"] or 0)
+        rows_read = sum(frame.count() for frame in (ctx.input_deltas.values() if ctx else []))
+
+        tag = lambda what: commit_tag(table.name, step.seq, step.epoch, what)  # noqa: E731
+        app = f"epochal/{table.name}"
+        if overwrite:
+            writer(full, app, step.seq, tag("output")).mode("overwrite").option("overwriteSchema", "true").save(table.path)
+        elif inserted or deleted:
+            identity = write_identity(spark, app, step.seq, tag("output"))
+            if table.key is not None and step.technique == INCREMENTAL:
+                apply_keyed(spark, table.path, change, columns, [columns[i] for i in table.key], identity)
+            else:
+                apply_multiset(
+                    spark, table.path, change, columns, base, identity,
+                    lambda frame: writer(frame, app, step.seq, tag("output")),
+                )
+        written = version_written(table.path, table.name, step.seq, "output", previous_version + 1, engine.storage_options)
+        output_version = written if written is not None else max(previous_version, step.output_version)
+
+        state_versions = {} if step.technique == RESCAN else dict(state.versions)
+        state_rows = 0
+        for write in state.writes:
+            path = state.path(write.name)
+            log = DeltaLog.open(path, engine.storage_options)
+            since = log.version + 1 if log is not None else 0
+            state_app = f"epochal/{table.name}/{write.name}"
+            write_state(
+                spark, path, write,
+                write_identity(spark, state_app, step.seq, tag(write.name)),
+                lambda frame, a=state_app, w=write.name: writer(frame, a, step.seq, tag(w)),
+            )
+            found = version_written(path, table.name, step.seq, write.name, since, engine.storage_options)
+            state_versions[write.name] = found if found is not None else state.versions.get(write.name, since - 1)
+        for name, version in state_versions.items():
+            state_rows += _row_count(state.path(name), version, engine.storage_options)
+    finally:
+        change.unpersist()
+        if ctx is not None:
+            for frame in ctx.input_deltas.values():
+                frame.unpersist()
+            for value in ctx.scratch.values():
+                if isinstance(value, DataFrame):
+                    value.unpersist()
+
+    committed = Step(
+        **{
+            **step.__dict__,
+            "status": COMMITTED,
+            "output_version": output_version,
+            "state_versions": state_versions,
+            "rows_read": rows_read,
+            "rows_inserted": inserted,
+            "rows_deleted": deleted,
+            "state_rows": state_rows,
+            "seconds": round(time.monotonic() - began, 3),
+            "written_at": None,
+            "run_id": engine.run_id,
+        }
+    )
+    _, stored = table.ledger.record(committed)
+    return _report(table, stored, time.monotonic() - began)
+
+
+def _row_count(path: str, version: int, storage_options=None) -> int:
+    """Rows in a state table at a version, from Delta's file statistics (no Spark job)."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import DeltaError, TableNotFoundError
+
+    if version < 0:
+        return 0
+    try:
+        return DeltaTable(path, version=version, storage_options=storage_options).count()
+    except (DeltaError, TableNotFoundError):
+        return 0

@@ -1,0 +1,241 @@
+"""The operator graph: a relational plan whose nodes each have a delta rule (see `rules/`).
+
+Nodes are immutable; rewrites (see `optimize/`) build new nodes. Every node names its output
+columns with internal names that are unique within the plan, so expressions (sqlglot trees) refer
+to columns by name alone and any two inputs can be joined without renaming.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from sqlglot import exp
+
+WEIGHT = "__w"
+
+
+def col(name: str) -> exp.Column:
+    return exp.column(name, quoted=True)
+
+
+def sql(expression: exp.Expression) -> str:
+    """Spark SQL text of an expression over internal column names."""
+    return expression.sql(dialect="spark", identify=True)
+
+
+def columns_in(expression: exp.Expression | None) -> set[str]:
+    if expression is None:
+        return set()
+    return {column.name for column in expression.find_all(exp.Column)}
+
+
+def conjuncts(expression: exp.Expression | None) -> list[exp.Expression]:
+    if expression is None:
+        return []
+    if isinstance(expression, exp.And):
+        return conjuncts(expression.left) + conjuncts(expression.right)
+    if isinstance(expression, exp.Paren):
+        return conjuncts(expression.this)
+    return [expression]
+
+
+def conjoin(parts: list[exp.Expression]) -> exp.Expression | None:
+    return exp.and_(*parts, copy=False) if parts else None
+
+
+@dataclass(frozen=True, eq=False)
+class Node:
+    columns: tuple[str, ...]
+
+    @property
+    def inputs(self) -> tuple["Node", ...]:
+        return ()
+
+    def with_inputs(self, inputs: tuple["Node", ...]) -> "Node":
+        return self
+
+    def replace(self, **changes) -> "Node":
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def kind(self) -> str:
+        return type(self).__name__
+
+    def describe(self) -> str:
+        return ""
+
+
+@dataclass(frozen=True, eq=False)
+class Unary(Node):
+    input: Node = field(default=None)  # type: ignore[assignment]
+
+    @property
+    def inputs(self) -> tuple[Node, ...]:
+        return (self.input,)
+
+    def with_inputs(self, inputs: tuple[Node, ...]) -> Node:
+        (child,) = inputs
+        return self if child is self.input else dataclasses.replace(self, input=child)
+
+
+@dataclass(frozen=True, eq=False)
+class Scan(Node):
+    """A Delta table read: a source, or another derived table. `fields` are the table's column
+    names, in the order of `columns`; `predicate` (over internal names) is applied at the scan."""
+
+    table: str = ""
+    source_kind: str = "source"  # "source" | "derived"
+    fields: tuple[str, ...] = ()
+    predicate: exp.Expression | None = None
+
+    def describe(self) -> str:
+        text = f"{self.source_kind} {self.table} [{', '.join(self.fields)}]"
+        return text + (f" where {sql(self.predicate)}" if self.predicate is not None else "")
+
+
+@dataclass(frozen=True, eq=False)
+class Filter(Unary):
+    predicate: exp.Expression = None  # type: ignore[assignment]
+
+    def describe(self) -> str:
+        return sql(self.predicate)
+
+
+@dataclass(frozen=True, eq=False)
+class Project(Unary):
+    """`exprs[i]` computes `columns[i]`; expressions must be deterministic."""
+
+    exprs: tuple[exp.Expression, ...] = ()
+
+    def describe(self) -> str:
+        return ", ".join(
+            name if isinstance(e, exp.Column) and e.name == name else f"{sql(e)} AS {name}"
+            for name, e in zip(self.columns, self.exprs)
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class Join(Node):
+    """Inner join of any number of inputs on a conjunctive condition."""
+
+    parts: tuple[Node, ...] = ()
+    condition: exp.Expression | None = None
+
+    @property
+    def inputs(self) -> tuple[Node, ...]:
+        return self.parts
+
+    def with_inputs(self, inputs: tuple[Node, ...]) -> Node:
+        return self if inputs == self.parts else dataclasses.replace(self, parts=tuple(inputs))
+
+    def describe(self) -> str:
+        return f"{len(self.parts)} inputs on {sql(self.condition) if self.condition is not None else 'true'}"
+
+
+@dataclass(frozen=True)
+class AggCall:
+    """One aggregate: `func` over input column `arg` (None for COUNT(*))."""
+
+    name: str
+    func: str  # count_star | count | sum | avg | min | max | other
+    arg: str | None = None
+    distinct: bool = False
+    expression: exp.Expression | None = None  # the call over `arg`, for `other`
+
+    def describe(self) -> str:
+        if self.func == "count_star":
+            return f"count(*) AS {self.name}"
+        if self.func == "other":
+            return f"{sql(self.expression)} AS {self.name}"
+        inner = ("DISTINCT " if self.distinct else "") + (self.arg or "")
+        return f"{self.func}({inner}) AS {self.name}"
+
+
+@dataclass(frozen=True, eq=False)
+class Aggregate(Unary):
+    """GROUP BY `keys` (input columns, passed through) with `aggs`. No keys: a global aggregate,
+    which always has exactly one row. No aggs: DISTINCT over the keys."""
+
+    keys: tuple[str, ...] = ()
+    aggs: tuple[AggCall, ...] = ()
+
+    def describe(self) -> str:
+        keys = ", ".join(self.keys) if self.keys else "()"
+        if not self.aggs:
+            return f"distinct {keys}"
+        return f"by {keys}: " + ", ".join(agg.describe() for agg in self.aggs)
+
+
+@dataclass(frozen=True, eq=False)
+class UnionAll(Node):
+    parts: tuple[Node, ...] = ()
+
+    @property
+    def inputs(self) -> tuple[Node, ...]:
+        return self.parts
+
+    def with_inputs(self, inputs: tuple[Node, ...]) -> Node:
+        return self if inputs == self.parts else dataclasses.replace(self, parts=tuple(inputs))
+
+
+@dataclass(frozen=True, eq=False)
+class Opaque(Node):
+    """A part of the query with no delta rule: the table is maintained by rescans. `construct`
+    names what it is, for the NOT_INCREMENTAL reason."""
+
+    construct: str = ""
+
+    def describe(self) -> str:
+        return self.construct
+
+
+def walk(root: Node) -> Iterator[Node]:
+    """Every node once, inputs before the nodes that read them."""
+    seen: set[int] = set()
+
+    def visit(node: Node) -> Iterator[Node]:
+        if id(node) in seen:
+            return
+        seen.add(id(node))
+        for child in node.inputs:
+            yield from visit(child)
+        yield node
+
+    yield from visit(root)
+
+
+def transform(root: Node, rewrite) -> Node:
+    """Apply `rewrite(node)` bottom-up, rebuilding parents whose inputs changed; shared nodes stay
+    shared."""
+    done: dict[int, Node] = {}
+
+    def visit(node: Node) -> Node:
+        if id(node) in done:
+            return done[id(node)]
+        inputs = tuple(visit(child) for child in node.inputs)
+        rebuilt = node.with_inputs(inputs) if any(a is not b for a, b in zip(inputs, node.inputs)) else node
+        result = rewrite(rebuilt)
+        done[id(node)] = result
+        return result
+
+    return visit(root)
+
+
+def render(root: Node, indent: str = "  ") -> str:
+    lines: list[str] = []
+    numbering: dict[int, int] = {}
+
+    def visit(node: Node, depth: int) -> None:
+        if id(node) in numbering:
+            lines.append(f"{indent * depth}(see #{numbering[id(node)]})")
+            return
+        numbering[id(node)] = len(numbering) + 1
+        detail = node.describe()
+        lines.append(f"{indent * depth}#{numbering[id(node)]} {node.kind}" + (f" {detail}" if detail else ""))
+        for child in node.inputs:
+            visit(child, depth + 1)
+
+    visit(root, 0)
+    return "\n".join(lines)

@@ -1,0 +1,112 @@
+"""Small Delta tables of records (the remap and the ledgers), written with delta-rs.
+
+Engine bookkeeping must not cost a Spark job: a noop epoch reads and writes only these tables.
+delta-rs commits them atomically on the same storage as the data, Spark can read them like any
+Delta table, and Delta's optimistic concurrency gives insert-if-absent: a record is written by an
+overwrite restricted to its key, committed against the version in which the key was seen absent,
+so of two concurrent writers of one key exactly one commits and the other re-reads the winner.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+
+CONFLICT_RETRIES = 50
+
+
+def _literal(value: Any) -> str:
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    raise TypeError(f"record keys must be strings, integers or booleans, not {type(value).__name__}")
+
+
+@dataclass
+class RecordTable:
+    """A Delta table of records with a key; records are only ever added, never changed."""
+
+    uri: str
+    schema: pa.Schema
+    key: tuple[str, ...]
+    storage_options: dict[str, str] | None = None
+    _cache: tuple[int, list[dict]] | None = field(default=None, repr=False)
+
+    def _open(self) -> DeltaTable | None:
+        try:
+            return DeltaTable(self.uri, storage_options=self.storage_options)
+        except TableNotFoundError:
+            return None
+
+    def _create(self) -> DeltaTable:
+        try:
+            return DeltaTable.create(
+                self.uri, self.schema, mode="ignore", storage_options=self.storage_options
+            )
+        except (CommitFailedError, DeltaError):
+            table = self._open()  # a concurrent creator won the race to version 0
+            if table is None:
+                raise
+            return table
+
+    def version(self) -> int | None:
+        table = self._open()
+        return None if table is None else table.version()
+
+    def read(self) -> list[dict]:
+        """All records, read at the latest version (cached per version)."""
+        table = self._open()
+        return [] if table is None else self._rows(table)
+
+    def _rows(self, table: DeltaTable) -> list[dict]:
+        version = table.version()
+        if self._cache is not None and self._cache[0] == version:
+            return self._cache[1]
+        rows = pa.table(table.to_pyarrow_table()).to_pylist()
+        self._cache = (version, rows)
+        return rows
+
+    def insert_if_absent(self, records: list[dict]) -> list[tuple[bool, dict]]:
+        """Add each record whose key is not stored yet, in one commit. Returns, per record,
+        (inserted, the stored record): the stored one is the earlier writer's where it existed."""
+        for attempt in range(CONFLICT_RETRIES):
+            table = self._open() or self._create()
+            rows = self._rows(table)
+            stored = [self._find(rows, record) for record in records]
+            missing = [record for record, found in zip(records, stored) if found is None]
+            if not missing:
+                return [(False, found) for found in stored]
+            predicate = " OR ".join(
+                "(" + " AND ".join(f"{name} = {_literal(r[name])}" for name in self.key) + ")"
+                for r in missing
+            )
+            try:
+                write_deltalake(
+                    table,
+                    pa.Table.from_pylist(missing, schema=self.schema),
+                    mode="overwrite",
+                    predicate=predicate,
+                    storage_options=self.storage_options,
+                )
+            except CommitFailedError:
+                time.sleep(min(0.5, 0.01 * (attempt + 1)))
+                continue
+            return [(found is None, found or record) for record, found in zip(records, stored)]
+        raise RuntimeError(
+            f"could not record {len(records)} record(s) in {self.uri}: "
+            f"{CONFLICT_RETRIES} commit conflicts in a row"
+        )
+
+    def _find(self, rows: Iterable[dict], record: dict) -> dict | None:
+        for row in rows:
+            if all(row[name] == record[name] for name in self.key):
+                return row
+        return None

@@ -1,0 +1,44 @@
+"""Delta rules, one operator a module (DBSP's operator library is the model): how the operator's
+change batch follows from its inputs' change batches and snapshots, what state it keeps, and how
+it reads its own contents as of an epoch's start or end.
+
+Notation (DESIGN.md section 3): `old` = an input as of the epoch's start, `new` = as of its end,
+`d` = its change batch.
+"""
+
+from __future__ import annotations
+
+from ..graph import Node
+from .base import Rule
+from .aggregate import AggregateRule
+from .filter import FilterRule
+from .join import JoinRule
+from .project import ProjectRule
+from .scan import ScanRule
+from .union import UnionAllRule
+
+RULES: dict[type, Rule] = {
+    rule.operator: rule
+    for rule in (ScanRule(), FilterRule(), ProjectRule(), JoinRule(), AggregateRule(), UnionAllRule())
+}
+
+
+class NoRule(KeyError):
+    pass
+
+
+def rule_for(node: Node) -> Rule:
+    try:
+        return RULES[type(node)]
+    except KeyError:
+        raise NoRule(node.kind) from None
+
+
+def blocker(plan: Node) -> str | None:
+    """The first construct in `plan` without a delta rule, if any."""
+    from ..graph import walk
+
+    for node in walk(plan):
+        if type(node) not in RULES:
+            return node.describe() or node.kind
+    return None

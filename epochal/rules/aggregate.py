@@ -1,0 +1,335 @@
+"""GROUP BY with aggregates; DISTINCT is the aggregate with no aggregates.
+
+State: one row per group, `__count` (the group's row count) and per aggregate what it needs to
+be updated from a change batch alone: a sum and a non-NULL count for SUM and AVG, a non-NULL count
+for COUNT, the current value for MIN and MAX, the number of distinct values for COUNT(DISTINCT x)
+(with a use-count table per (group, x): seed 000's guard counts). Rule, per touched group:
+
+    new state = old state + aggregate of d (weights multiply values)
+    output    = -finalize(old state) if the group existed, +finalize(new state) if it exists now
+
+MIN/MAX fold in place for groups touched only by inserts; groups touched by a delete, and every
+touched group of an aggregate without an invertible form, are recomputed from `new` restricted to
+those groups. A group whose visible row did not change cancels out in consolidation. A global
+aggregate (no GROUP BY) always has its one row.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import DataType, DecimalType, DoubleType, LongType
+
+from ..changes import consolidate, null_safe_on, quoted, restrict
+from ..graph import WEIGHT, Aggregate, AggCall, sql
+from ..state import DELETE_FLAG
+from ..context import NEW, OLD
+from .base import Rule
+
+COUNT = "__count"
+FOLDED = ("count_star", "count", "sum", "avg")
+
+
+def c(name: str):
+    return F.col(quoted(name))
+
+
+def _state_columns(agg: AggCall) -> list[str]:
+    if agg.func == "count_star":
+        return []
+    if agg.func in ("sum", "avg"):
+        return [f"{agg.name}__s", f"{agg.name}__n"]
+    if agg.func == "count":
+        return [f"{agg.name}__n"]
+    if agg.func in ("min", "max"):
+        return [f"{agg.name}__m"]
+    return [f"{agg.name}__v"]
+
+
+def _needs_recompute(agg: AggCall) -> bool:
+    return agg.func in ("min", "max", "other")
+
+
+class AggregateRule(Rule):
+    operator = Aggregate
+    rule = "new state = old state + γ(d); emit -finalize(old), +finalize(new) per touched group"
+
+    def stateful(self, node: Aggregate) -> bool:
+        return True
+
+    def explain(self, node: Aggregate) -> tuple[str, str]:
+        state = f"per group ({', '.join(node.keys) or 'one row'}): __count"
+        for agg in node.aggs:
+            state += ", " + ", ".join(_state_columns(agg) or [f"{agg.name} = __count"])
+        distinct = [a for a in node.aggs if a.distinct]
+        if distinct:
+            state += "; use-count tables for " + ", ".join(f"{a.name}({a.arg})" for a in distinct)
+        folds = [a.name for a in node.aggs if a.func in FOLDED or a.distinct]
+        recomputes = [a.name for a in node.aggs if _needs_recompute(a) and not a.distinct]
+        rule = self.rule
+        if recomputes:
+            rule += f"; {', '.join(recomputes)} recomputed from new for groups touched by deletes"
+            if any(a.func == "other" for a in node.aggs):
+                rule += " (every touched group for non-invertible aggregates)"
+        if not node.aggs:
+            rule = "use-count per distinct row: a row appears on 0 -> positive, disappears on positive -> 0"
+        return rule, state
+
+    # ---- types -----------------------------------------------------------------------------
+    def _input_type(self, node: Aggregate, ctx, column: str) -> DataType:
+        return ctx.schema(node.input)[column].dataType
+
+    def _sum_type(self, node: Aggregate, ctx, agg: AggCall) -> DataType:
+        return ctx.memo(node, f"sum_type:{agg.name}", lambda: ctx.snapshot(node.input, NEW).select(
+            F.sum(c(agg.arg))).schema[0].dataType)
+
+    def _finalize(self, node: Aggregate, ctx, prefix: str) -> list:
+        """Visible aggregate values from state columns named `prefix + state column`."""
+        out = []
+        for agg in node.aggs:
+            p = lambda name: c(prefix + name)  # noqa: E731
+            if agg.func == "count_star":
+                value = p(COUNT)
+            elif agg.func == "count":
+                value = p(f"{agg.name}__n")
+            elif agg.func == "sum":
+                value = F.when(p(f"{agg.name}__n") > 0, p(f"{agg.name}__s")).cast(self._sum_type(node, ctx, agg))
+            elif agg.func == "avg":
+                value = F.when(p(f"{agg.name}__n") > 0, self._average(node, ctx, agg, p))
+            elif agg.func in ("min", "max"):
+                value = p(f"{agg.name}__m")
+            else:
+                value = p(f"{agg.name}__v")
+            out.append(value.alias(agg.name))
+        return out
+
+    def _average(self, node, ctx, agg: AggCall, p):
+        """AVG as Spark computes it: sum / count, for decimals in the sum's type divided by a
+        DECIMAL(20,0) count and cast to the average's type, so results match a recompute exactly."""
+        total, count = p(f"{agg.name}__s"), p(f"{agg.name}__n")
+        arg_type = self._input_type(node, ctx, agg.arg)
+        if isinstance(arg_type, DecimalType):
+            sum_type = self._sum_type(node, ctx, agg)
+            result = DecimalType(min(38, arg_type.precision + 4), min(38, arg_type.scale + 4))
+            return (total.cast(sum_type) / count.cast(DecimalType(20, 0))).cast(result)
+        result_type = ctx.snapshot(node.input, NEW).select(F.avg(c(agg.arg))).schema[0].dataType
+        return (total.cast(DoubleType()) / count.cast(DoubleType())).cast(result_type)
+
+    # ---- full state ---------------------------------------------------------------------------
+    def _full_state(self, node: Aggregate, ctx, side: str) -> DataFrame:
+        rows = ctx.snapshot(node.input, side)
+        parts = [F.count(F.lit(1)).alias(COUNT)]
+        for agg in node.aggs:
+            if agg.func == "count_star":
+                continue
+            if agg.distinct:
+                parts.append(F.count_distinct(c(agg.arg)).alias(f"{agg.name}__n"))
+            elif agg.func in ("sum", "avg"):
+                parts.append(F.sum(c(agg.arg)).cast(self._sum_type(node, ctx, agg)).alias(f"{agg.name}__s"))
+                parts.append(F.count(c(agg.arg)).alias(f"{agg.name}__n"))
+            elif agg.func == "count":
+                parts.append(F.count(c(agg.arg)).alias(f"{agg.name}__n"))
+            elif agg.func in ("min", "max"):
+                fn = F.min if agg.func == "min" else F.max
+                parts.append(fn(c(agg.arg)).alias(f"{agg.name}__m"))
+            else:
+                parts.append(F.expr(sql(agg.expression)).alias(f"{agg.name}__v"))
+        return rows.groupBy(*[c(k) for k in node.keys]).agg(*parts)
+
+    def _full_use_counts(self, node: Aggregate, ctx, agg: AggCall, side: str) -> DataFrame:
+        rows = ctx.snapshot(node.input, side).filter(c(agg.arg).isNotNull())
+        return rows.groupBy(*[c(k) for k in node.keys], c(agg.arg)).agg(F.count(F.lit(1)).alias(COUNT))
+
+    def build_state(self, node: Aggregate, ctx) -> None:
+        name = ctx.state_name(node)
+        ctx.state.overwrite(name, self._full_state(node, ctx, NEW))
+        for agg in node.aggs:
+            if agg.distinct:
+                ctx.state.overwrite(f"{name}_{agg.name}", self._full_use_counts(node, ctx, agg, NEW))
+
+    # ---- incremental -----------------------------------------------------------------------
+    def _grouped_change(self, node: Aggregate, ctx, change: DataFrame) -> DataFrame:
+        weight = F.col(WEIGHT)
+        parts = [F.sum(weight).alias(COUNT), F.max(F.when(weight < 0, 1).otherwise(0)).alias("__neg")]
+        for agg in node.aggs:
+            if agg.distinct or agg.func in ("count_star", "other"):
+                continue
+            arg = c(agg.arg)
+            if agg.func in ("sum", "avg"):
+                parts.append(F.sum(arg * weight).alias(f"{agg.name}__s"))
+            if agg.func in ("sum", "avg", "count"):
+                parts.append(F.sum(F.when(arg.isNotNull(), weight).otherwise(0)).alias(f"{agg.name}__n"))
+            if agg.func in ("min", "max"):
+                fn = F.min if agg.func == "min" else F.max
+                parts.append(fn(F.when(weight > 0, arg)).alias(f"{agg.name}__m"))
+                parts.append(
+                    F.max(F.when((weight < 0) & arg.isNotNull(), 1).otherwise(0)).alias(f"{agg.name}__neg")
+                )
+        return change.groupBy(*[c(k) for k in node.keys]).agg(*parts)
+
+    def _distinct_changes(self, node: Aggregate, ctx, agg: AggCall, change: DataFrame) -> DataFrame:
+        """Queue the use-count changes for COUNT(DISTINCT arg); return per group the change in the
+        number of distinct values (a value counts while its use count is positive)."""
+        keys = list(node.keys)
+        counted = (
+            change.filter(c(agg.arg).isNotNull())
+            .groupBy(*[c(k) for k in keys], c(agg.arg))
+            .agg(F.sum(WEIGHT).alias("__d"))
+            .filter(F.col("__d") != 0)
+        )
+        name = f"{ctx.state_name(node)}_{agg.name}"
+        old = ctx.state.read(name)
+        old = old.select(*[c(x).alias("o__" + x) for x in old.columns])
+        joined = counted.join(
+            old, null_safe_on(counted, old, [(x, "o__" + x) for x in keys + [agg.arg]]), "left"
+        )
+        before = F.coalesce(c("o__" + COUNT), F.lit(0))
+        after = before + F.col("__d")
+        transitions = joined.select(
+            *[c(x) for x in keys + [agg.arg]],
+            after.alias(COUNT),
+            (F.when((before <= 0) & (after > 0), 1).when((before > 0) & (after <= 0), -1).otherwise(0)).alias("__t"),
+        )
+        ctx.checks.append((f"a use count below zero in {name}", transitions.filter(c(COUNT) < 0)))
+        ctx.state.merge(
+            name,
+            transitions.select(*[c(x) for x in keys + [agg.arg]], c(COUNT), (c(COUNT) <= 0).alias(DELETE_FLAG)),
+            tuple(keys + [agg.arg]),
+        )
+        per_group = transitions.groupBy(*[c(k) for k in keys]).agg(F.sum("__t").alias(f"{agg.name}__dn"))
+        return per_group
+
+    def _touched(self, node: Aggregate, ctx) -> DataFrame:
+        """Per touched group: keys, old state (o__*), new state (plain names), `__existed`."""
+        return ctx.memo(node, "touched", lambda: self._compute_touched(node, ctx))
+
+    def _compute_touched(self, node: Aggregate, ctx) -> DataFrame:
+        keys = list(node.keys)
+        change = ctx.delta(node.input)
+        grouped = self._grouped_change(node, ctx, change)
+        for agg in node.aggs:
+            if agg.distinct:
+                per_group = self._distinct_changes(node, ctx, agg, change)
+                renamed = per_group.select(*[c(k).alias("g__" + k) for k in keys], c(f"{agg.name}__dn"))
+                grouped = grouped.join(renamed, null_safe_on(grouped, renamed, [(k, "g__" + k) for k in keys]), "left")
+                grouped = grouped.drop(*["g__" + k for k in keys])
+        old = ctx.state.read(ctx.state_name(node))
+        old = old.select(*[c(x).alias("o__" + x) for x in old.columns])
+        joined = grouped.join(old, null_safe_on(grouped, old, [(k, "o__" + k) for k in keys]), "left")
+
+        zero = F.lit(0).cast(LongType())
+        new = [c(k) for k in keys]
+        new.append((F.coalesce(c("o__" + COUNT), zero) + F.coalesce(c(COUNT), zero)).alias("n__" + COUNT))
+        for agg in node.aggs:
+            for column in _state_columns(agg):
+                old_value, change_value = c("o__" + column), c(column)
+                if column.endswith("__n") and agg.distinct:
+                    value = F.coalesce(old_value, zero) + F.coalesce(c(f"{agg.name}__dn"), zero)
+                elif column.endswith("__n"):
+                    value = F.coalesce(old_value, zero) + F.coalesce(change_value, zero)
+                elif column.endswith("__s"):
+                    sum_type = self._sum_type(node, ctx, agg)
+                    value = (
+                        F.coalesce(old_value, F.lit(0).cast(sum_type)) + F.coalesce(change_value, F.lit(0).cast(sum_type))
+                    ).cast(sum_type)
+                elif column.endswith("__m"):
+                    fold = F.least if agg.func == "min" else F.greatest
+                    value = F.when(c(f"{agg.name}__neg") == 1, F.lit(None)).otherwise(fold(old_value, change_value))
+                else:
+                    value = F.lit(None)
+                new.append(value.cast(self._state_type(node, ctx, agg, column)).alias("n__" + column))
+        old_columns = [c("o__" + x) for x in [COUNT] + [s for a in node.aggs for s in _state_columns(a)]]
+        touched = joined.select(*new, *old_columns, c("__neg"), *[c(f"{a.name}__neg") for a in node.aggs if a.func in ("min", "max")])
+        touched = self._recompute(node, ctx, touched)
+        return touched.persist()
+
+    def _state_type(self, node, ctx, agg: AggCall, column: str) -> DataType:
+        if column.endswith("__n"):
+            return LongType()
+        if column.endswith("__s"):
+            return self._sum_type(node, ctx, agg)
+        if column.endswith("__m"):
+            return self._input_type(node, ctx, agg.arg)
+        return ctx.memo(node, f"type:{agg.name}", lambda: ctx.snapshot(node.input, NEW).select(
+            F.expr(sql(agg.expression))).schema[0].dataType)
+
+    def _recompute(self, node: Aggregate, ctx, touched: DataFrame) -> DataFrame:
+        """Fill MIN/MAX of groups touched by deletes, and non-invertible aggregates of every
+        touched group, from `new` restricted to those groups."""
+        needing = [a for a in node.aggs if _needs_recompute(a) and not a.distinct]
+        if not needing:
+            return touched
+        keys = list(node.keys)
+        condition = F.lit(any(a.func == "other" for a in needing))
+        for agg in needing:
+            if agg.func in ("min", "max"):
+                condition = condition | (c(f"{agg.name}__neg") == 1)
+        groups = touched.filter(condition).select(*[c(k) for k in keys])
+        rows = restrict(ctx.snapshot(node.input, NEW), groups, keys)
+        parts = []
+        for agg in needing:
+            if agg.func in ("min", "max"):
+                fn = F.min if agg.func == "min" else F.max
+                parts.append(fn(c(agg.arg)).alias(f"r__{agg.name}"))
+            else:
+                parts.append(F.expr(sql(agg.expression)).alias(f"r__{agg.name}"))
+        if keys:
+            recomputed = rows.groupBy(*[c(k) for k in keys]).agg(*parts)
+            recomputed = recomputed.select(*[c(k).alias("r__k_" + k) for k in keys], *[c(f"r__{a.name}") for a in needing])
+            touched = touched.join(recomputed, null_safe_on(touched, recomputed, [(k, "r__k_" + k) for k in keys]), "left")
+        else:
+            touched = touched.crossJoin(rows.agg(*parts))
+        for agg in needing:
+            column = _state_columns(agg)[0]
+            recomputed_value = c(f"r__{agg.name}")
+            if agg.func in ("min", "max"):
+                value = F.when(c(f"{agg.name}__neg") == 1, recomputed_value).otherwise(c("n__" + column))
+            else:
+                value = recomputed_value
+            touched = touched.withColumn("n__" + column, value.cast(self._state_type(node, ctx, agg, column)))
+        return touched.drop(*[f"r__{a.name}" for a in needing], *["r__k_" + k for k in keys])
+
+    def delta(self, node: Aggregate, ctx) -> DataFrame:
+        keys = list(node.keys)
+        touched = self._touched(node, ctx)
+        state_columns = [COUNT] + [s for a in node.aggs for s in _state_columns(a)]
+        glob = not keys
+        existed = c("o__" + COUNT).isNotNull() & ((c("o__" + COUNT) > 0) | F.lit(glob))
+        exists = (c("n__" + COUNT) > 0) | F.lit(glob)
+        old_rows = touched.filter(existed).select(
+            *[c(k) for k in keys], *self._finalize(node, ctx, "o__"), F.lit(-1).cast(LongType()).alias(WEIGHT)
+        )
+        new_rows = touched.filter(exists).select(
+            *[c(k) for k in keys], *self._finalize(node, ctx, "n__"), F.lit(1).cast(LongType()).alias(WEIGHT)
+        )
+        ctx.state.merge(
+            ctx.state_name(node),
+            touched.select(
+                *[c(k) for k in keys],
+                *[c("n__" + s).alias(s) for s in state_columns],
+                (~exists).alias(DELETE_FLAG),
+            ),
+            tuple(keys),
+        )
+        ctx.checks.append((f"a group count below zero in {ctx.state_name(node)}", touched.filter(c("n__" + COUNT) < 0)))
+        return consolidate(old_rows.unionByName(new_rows))
+
+    def snapshot(self, node: Aggregate, ctx, side: str) -> DataFrame:
+        keys = list(node.keys)
+        if ctx.rescan:
+            state = self._full_state(node, ctx, side)
+        elif side == OLD or not ctx.changed(node):
+            state = ctx.state.read(ctx.state_name(node))
+        else:
+            old = ctx.state.read(ctx.state_name(node))
+            touched = self._touched(node, ctx)
+            state_columns = [COUNT] + [s for a in node.aggs for s in _state_columns(a)]
+            fresh = touched.filter((c("n__" + COUNT) > 0) | F.lit(not keys)).select(
+                *[c(k) for k in keys], *[c("n__" + s).alias(s) for s in state_columns]
+            )
+            state = self._untouched(old, fresh, keys).unionByName(fresh) if keys else fresh
+        return state.select(*[c(k) for k in keys], *self._finalize(node, ctx, ""))
+
+    def _untouched(self, old: DataFrame, fresh: DataFrame, keys: list[str]) -> DataFrame:
+        renamed = fresh.select(*[c(k).alias("t__" + k) for k in keys])
+        return old.join(renamed, null_safe_on(old, renamed, [(k, "t__" + k) for k in keys]), "left_anti")

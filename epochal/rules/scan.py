@@ -1,0 +1,34 @@
+"""Scan: a source or derived Delta table. Its change batch is the change data feed of the versions
+the epoch covers, restricted to the columns and rows the plan reads, consolidated; its snapshots
+are time-travel reads. No state: Delta keeps every version (co-generators, seed 000)."""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from ..changes import consolidate, quoted, read_changes, read_snapshot
+from ..graph import WEIGHT, Scan
+from .base import Rule, expr
+
+
+class ScanRule(Rule):
+    operator = Scan
+    rule = "d = change data feed of the covered versions (weights +1/-1), consolidated"
+
+    def _shape(self, node: Scan, frame: DataFrame, weighted: bool) -> DataFrame:
+        columns = [F.col(quoted(f)).alias(c) for f, c in zip(node.fields, node.columns)]
+        shaped = frame.select(*columns, *([F.col(WEIGHT)] if weighted else []))
+        return shaped.filter(expr(node.predicate)) if node.predicate is not None else shaped
+
+    def delta(self, node: Scan, ctx) -> DataFrame:
+        source = ctx.inputs[node.table]
+        changes = read_changes(ctx.spark, source.path, source.before, source.after, list(node.fields))
+        batch = consolidate(self._shape(node, changes, True)).persist()
+        ctx.input_deltas[f"{node.table}#{id(node)}"] = batch
+        return batch
+
+    def snapshot(self, node: Scan, ctx, side: str) -> DataFrame:
+        source = ctx.inputs[node.table]
+        frame = read_snapshot(ctx.spark, source.path, source.version(side), source.schema)
+        return self._shape(node, frame, False)

@@ -1,0 +1,177 @@
+"""Writing an epoch step: the derived table's MERGE and the state tables' writes.
+
+Every write carries Delta's idempotent-write identity (app id = the table or state table, version =
+the ledger step's `seq`) and is tagged in its commit's userMetadata with the table and `seq`, so a
+step run again after a crash skips what it already wrote, and the versions it wrote can be found
+in the tables' histories.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from contextlib import contextmanager
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StructField, StructType
+
+from .changes import quoted, null_safe_on
+from .deltalog import DeltaLog
+from .errors import StateInconsistent
+from .graph import WEIGHT
+from .state import DELETE_FLAG, StateWrite
+
+TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
+TXN_VERSION = "spark.databricks.delta.write.txnVersion"
+USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+OP = "__op"
+
+# MERGE honours idempotent-write identities only through session confs; they are session-wide,
+# so writes of one process take turns.
+_session_conf_lock = threading.RLock()
+
+
+def commit_tag(table: str, seq: int, epoch: str, what: str) -> str:
+    return json.dumps({"epochal": {"table": table, "seq": seq, "epoch": epoch, "write": what}}, sort_keys=True)
+
+
+@contextmanager
+def write_identity(spark: SparkSession, app_id: str, seq: int, tag: str):
+    with _session_conf_lock:
+        spark.conf.set(TXN_APP_ID, app_id)
+        spark.conf.set(TXN_VERSION, str(seq))
+        spark.conf.set(USER_METADATA, tag)
+        try:
+            yield
+        finally:
+            for key in (TXN_APP_ID, TXN_VERSION, USER_METADATA):
+                spark.conf.unset(key)
+
+
+def writer(frame: DataFrame, app_id: str, seq: int, tag: str):
+    return (
+        frame.write.format("delta")
+        .option("txnAppId", app_id)
+        .option("txnVersion", seq)
+        .option("userMetadata", tag)
+    )
+
+
+def version_written(path: str, table: str, seq: int, what: str, since: int, storage_options=None) -> int | None:
+    """The version of the commit a step tagged, if it wrote one (searching after `since`)."""
+    log = DeltaLog.open(path, storage_options)
+    if log is None:
+        return None
+    for commit in reversed(log.commits(max(since, 0))):
+        try:
+            tag = json.loads(commit.user_metadata or "{}").get("epochal", {})
+        except (ValueError, AttributeError):
+            continue
+        if tag.get("table") == table and tag.get("seq") == seq and tag.get("write") == what:
+            return commit.version
+    return None
+
+
+def ensure_table(spark: SparkSession, path: str, schema: StructType, storage_options=None) -> None:
+    """Create the derived table (empty, change data feed on) unless it exists."""
+    if DeltaLog.open(path, storage_options) is not None:
+        return
+    nullable = StructType([StructField(field.name, field.dataType, True) for field in schema.fields])
+    (
+        spark.createDataFrame([], nullable)
+        .write.format("delta")
+        .mode("ignore")
+        .option("delta.enableChangeDataFeed", "true")
+        .save(path)
+    )
+
+
+def _merge_condition(columns: list[str], target: str = "t", source: str = "s") -> str:
+    return " AND ".join(f"{target}.{quoted(c)} <=> {source}.{quoted(c)}" for c in columns) or "true"
+
+
+def apply_keyed(spark, path: str, change: DataFrame, columns: list[str], key: list[str], identity) -> None:
+    """MERGE a change with at most one -row and one +row per key: update, insert or delete."""
+    from delta.tables import DeltaTable
+
+    plus = change.filter(F.col(WEIGHT) > 0)
+    minus = change.filter(F.col(WEIGHT) < 0)
+    plus_keys = plus.select(*[F.col(quoted(k)).alias(f"__k{i}") for i, k in enumerate(key)])
+    only_minus = minus.join(plus_keys, null_safe_on(minus, plus_keys, [(k, f"__k{i}") for i, k in enumerate(key)]), "left_anti")
+    source = plus.select(*[F.col(quoted(c)) for c in columns], F.lit("upsert").alias(OP)).unionByName(
+        only_minus.select(*[F.col(quoted(c)) for c in columns], F.lit("delete").alias(OP))
+    )
+    values = {quoted(c): F.col(f"s.{quoted(c)}") for c in columns}
+    with identity:
+        (
+            DeltaTable.forPath(spark, path).alias("t")
+            .merge(source.alias("s"), _merge_condition(key))
+            .whenMatchedDelete(condition=f"s.{OP} = 'delete'")
+            .whenMatchedUpdate(set=values)
+            .whenNotMatchedInsert(condition=f"s.{OP} = 'upsert'", values=values)
+            .execute()
+        )
+
+
+def apply_multiset(spark, path: str, change: DataFrame, columns: list[str], base: DataFrame, identity,
+                   append_writer) -> None:
+    """Apply a change to a table that may hold duplicate rows: a row whose multiplicity drops from
+    n to m is deleted (one delete-marker source row matches all its copies) and m copies are
+    inserted (insert rows never match). Inserts alone are a plain append."""
+    from delta.tables import DeltaTable
+
+    plus = change.filter(F.col(WEIGHT) > 0)
+    minus = change.filter(F.col(WEIGHT) < 0)
+    if minus.isEmpty():
+        copies = plus.select(*[F.col(quoted(c)) for c in columns], F.explode(F.sequence(F.lit(1), F.col(WEIGHT))).alias("__copy"))
+        append_writer(copies.drop("__copy")).mode("append").save(path)
+        return
+    counts = base.groupBy(*[F.col(quoted(c)) for c in columns]).agg(F.count(F.lit(1)).alias("__n"))
+    counts = counts.select(*[F.col(quoted(c)).alias(f"__b{i}") for i, c in enumerate(columns)], "__n")
+    minus = minus.join(counts, null_safe_on(minus, counts, [(c, f"__b{i}") for i, c in enumerate(columns)]), "left")
+    remaining = F.coalesce(F.col("__n"), F.lit(0)).cast(LongType()) + F.col(WEIGHT)
+    minus = minus.withColumn("__m", remaining).persist()
+    if not minus.filter(F.col("__m") < 0).isEmpty():
+        raise StateInconsistent(f"{path}: the change deletes more copies of a row than the table holds")
+    keep = [F.col(quoted(c)) for c in columns]
+    markers = minus.select(*keep, F.lit("delete").alias(OP))
+    inserts = plus.select(*keep, F.col(WEIGHT).alias("__times")).unionByName(
+        minus.filter(F.col("__m") > 0).select(*keep, F.col("__m").alias("__times"))
+    )
+    inserts = inserts.select(*keep, F.explode(F.sequence(F.lit(1), F.col("__times"))).alias("__copy"))
+    source = markers.unionByName(inserts.select(*keep, F.lit("insert").alias(OP)))
+    values = {quoted(c): F.col(f"s.{quoted(c)}") for c in columns}
+    with identity:
+        (
+            DeltaTable.forPath(spark, path).alias("t")
+            .merge(source.alias("s"), _merge_condition(columns) + f" AND s.{OP} = 'delete'")
+            .whenMatchedDelete()
+            .whenNotMatchedInsert(condition=f"s.{OP} = 'insert'", values=values)
+            .execute()
+        )
+    minus.unpersist()
+
+
+def write_state(spark, path: str, write: StateWrite, identity, state_writer) -> None:
+    from delta.tables import DeltaTable
+
+    if write.mode == "overwrite" or DeltaLog.open(path) is None:
+        frame = write.frame
+        if DELETE_FLAG in frame.columns:
+            frame = frame.filter(~F.col(DELETE_FLAG)).drop(DELETE_FLAG)
+        state_writer(frame).mode("overwrite").option("overwriteSchema", "true").save(path)
+        return
+    columns = [c for c in write.frame.columns if c != DELETE_FLAG]
+    values = {quoted(c): F.col(f"s.{quoted(c)}") for c in columns}
+    updates = {quoted(c): F.col(f"s.{quoted(c)}") for c in columns if c not in write.keys}
+    merge = (
+        DeltaTable.forPath(spark, path).alias("t")
+        .merge(write.frame.alias("s"), _merge_condition(list(write.keys)))
+        .whenMatchedDelete(condition=f"s.{DELETE_FLAG}")
+    )
+    if updates:
+        merge = merge.whenMatchedUpdate(set=updates)
+    merge = merge.whenNotMatchedInsert(condition=f"NOT s.{DELETE_FLAG}", values=values)
+    with identity:
+        merge.execute()
