@@ -1,0 +1,39 @@
+"""The Spark session as a Dagster resource.
+
+A thin wrapper: `resources.session.delta_spark_session` stays the one place a session is built, so
+jobs, tests and the demo share its Delta settings. The session is per process and is not stopped
+when a run ends: Dagster runs each run in its own process, and an in-process run (the demo, tests)
+keeps using the caller's session.
+"""
+
+from __future__ import annotations
+
+from dagster import ConfigurableResource
+from pydantic import Field
+
+from resources.session import SparkSettings, delta_spark_session
+
+
+class SparkResource(ConfigurableResource):
+    master: str | None = Field(
+        default=None,
+        description="local[*], spark://host:port or sc://host:port; unset: $EPOCHAL_SPARK_MASTER, "
+        "else local[*]",
+    )
+    driver_memory: str | None = Field(
+        default=None, description="unset: $EPOCHAL_DRIVER_MEMORY, else the session default (6g)"
+    )
+    shuffle_partitions: int = Field(default=8, description="spark.sql.shuffle.partitions")
+    ui: bool = Field(default=False, description="serve the Spark UI (port 4040)")
+
+    def settings(self) -> SparkSettings:
+        chosen = {"shuffle_partitions": self.shuffle_partitions, "ui": self.ui}
+        if self.master:
+            chosen["master"] = self.master
+        if self.driver_memory:
+            chosen["driver_memory"] = self.driver_memory
+        return SparkSettings(**chosen)
+
+    def session(self):
+        """The process's Spark session with Delta (an already running one is reused as is)."""
+        return delta_spark_session(self.settings())
