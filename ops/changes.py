@@ -20,6 +20,9 @@ rows reference existing customers, parts and partsupp (part, supplier) pairs, an
 takes its line items in the same batch. Between the commits of one batch it may not: those commits
 share a logical time and so land in one epoch.
 
+Deleted orders are drawn from the oldest keys and updated ones from the newest (see
+CHANGE_WINDOW), so batches leave most of the range-partitioned files of orders and lineitem alone.
+
 Order keys are never reused: the order with the largest key is never deleted, so the largest key only
 grows and fresh keys (above it) were never seen before. The change feed then never shows one key for
 two different orders.
@@ -46,6 +49,12 @@ BATCH_KEY = "batch"
 ACTION = "_epochal_action"
 ALWAYS_CHANGED = ("supplier", "customer", "part", "orders", "lineitem")
 MAX_FRACTION = 0.25  # orders to delete, update and line-update are drawn disjointly: 3n must fit
+# Deletes purge old orders (the oldest 5% of keys), updates hit recent ones (the newest 5%), as in
+# an OLTP system. A MERGE rewrites every file it touches and the rewritten rows lose their key
+# order, so keeping changes at the two ends of the key range leaves the loader's range-partitioned
+# files in between untouched: data skipping on order keys keeps working, and each MERGE rewrites a
+# small part of the table instead of all of it.
+CHANGE_WINDOW = 0.05
 
 CENT = Decimal("0.01")
 SEGMENTS = ("AUTOMOBILE", "BUILDING", "FURNITURE", "HOUSEHOLD", "MACHINERY")
@@ -296,10 +305,15 @@ class ChangeGenerator:
         n = self._count(len(order_keys))
         candidates = order_keys[:-1]
         n = min(n, len(candidates) // 3)
-        picked = rng.choice(candidates, size=3 * n, replace=False)
-        deleted_orders = np.sort(picked[:n])
-        updated_orders = np.sort(picked[n : 2 * n])
-        line_updated_orders = np.sort(picked[2 * n :])
+        window = max(int(len(candidates) * CHANGE_WINDOW), 2 * n)
+        if 2 * window <= len(candidates):
+            deleted_orders = np.sort(rng.choice(candidates[:window], size=n, replace=False))
+            recent = rng.choice(candidates[-window:], size=2 * n, replace=False)
+        else:  # too few orders for separate windows: draw from all of them
+            picked = rng.choice(candidates, size=3 * n, replace=False)
+            deleted_orders, recent = np.sort(picked[:n]), picked[n:]
+        updated_orders = np.sort(recent[:n])
+        line_updated_orders = np.sort(recent[n:])
 
         self._plan_order_updates(rng, plans["orders"], updated_orders)
         self._plan_deletes_and_line_updates(
