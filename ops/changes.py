@@ -34,6 +34,7 @@ import json
 import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from decimal import Decimal
@@ -75,6 +76,27 @@ COMMENT_WORDS = (
     "ideas", "dependencies", "platelets", "asymptotes", "sleep", "haggle", "nag", "wake", "cajole",
     "detect", "integrate", "use", "boost", "among", "above", "across", "along", "the",
 )
+
+
+# MERGE copies a source that is not a plain Delta scan before using it, in case it is
+# non-deterministic; ours is an in-memory list of rows, so the extra Spark job buys nothing.
+MERGE_CONFS = {"spark.databricks.delta.merge.materializeSource": "none"}
+
+
+@contextmanager
+def session_confs(spark, confs: dict[str, str]):
+    """Set session confs for the duration of a block, then restore what was there."""
+    previous = {key: spark.conf.get(key, None) for key in confs}
+    for key, value in confs.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in previous.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
 
 
 class ChangeConflict(RuntimeError):
@@ -240,13 +262,10 @@ class ChangeGenerator:
         changed = [name for name in TPCH_TABLES if plans.get(name)]
         # The MERGEs touch different tables and share one userMetadata, so they run side by side:
         # most of a small MERGE's time is driver-side bookkeeping that overlaps well.
-        self.spark.conf.set(USER_METADATA_CONF, meta)
-        try:
+        with session_confs(self.spark, {USER_METADATA_CONF: meta, **MERGE_CONFS}):
             with ThreadPoolExecutor(max_workers=len(changed)) as pool:
                 futures = {n: pool.submit(self._merge, n, plans[n], meta) for n in changed}
                 tables = {name: future.result() for name, future in futures.items()}
-        finally:
-            self.spark.conf.unset(USER_METADATA_CONF)
         history = self.history()
         self._history = ChangeHistory(
             batches={**history.batches, **{name: index for name in tables}},

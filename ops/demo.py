@@ -63,6 +63,9 @@ def run(args: argparse.Namespace) -> int:
     if not os.environ.get("DAGSTER_HOME"):
         os.environ["DAGSTER_HOME"] = os.path.join(warehouse.root, ".dagster")
     os.makedirs(os.environ["DAGSTER_HOME"], exist_ok=True)
+    settings = os.path.join(os.environ["DAGSTER_HOME"], "dagster.yaml")
+    if not os.path.exists(settings):  # the defaults are right; the file silences a warning
+        open(settings, "w").close()
     instance = DagsterInstance.get()
 
     spark = SparkResource()
