@@ -70,8 +70,27 @@ class Context:
         self._snapshots: dict[tuple[int, str], DataFrame] = {}
         self._changed: dict[int, bool] = {}
         self.scratch: dict[tuple[int, str], object] = {}
-        self.input_deltas: dict[str, DataFrame] = {}
-        self.checks: list[tuple[str, DataFrame]] = []  # (what is wrong, rows showing it): must be empty
+        self.rows_read = 0
+        self.persisted: list[DataFrame] = []
+
+    def read_changes(self) -> int:
+        """Read every changed scan's change batch once (persisted) and count it; a scan whose
+        batch consolidates to nothing (updates of unread columns, changes filtered out) counts as
+        unchanged, so the join terms and aggregates above it are never planned."""
+        for node in walk(self.plan):
+            if isinstance(node, Scan) and self.changed(node):
+                batch = self.rule_for(node).delta(node, self).persist()
+                self.persisted.append(batch)
+                rows = batch.count()
+                self.rows_read += rows
+                self._deltas[id(node)] = batch if rows else None
+                self._changed[id(node)] = bool(rows)
+        return self.rows_read
+
+    def unpersist(self) -> None:
+        for frame in self.persisted:
+            frame.unpersist()
+        self.persisted.clear()
 
     def changed(self, node: Node) -> bool:
         """Whether any input below `node` changed in this epoch (decided without Spark)."""

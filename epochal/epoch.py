@@ -234,115 +234,165 @@ def _execute(engine, table, epoch: Epoch, step: Step, began: float) -> Report:
     return _compute_and_write(engine, table, epoch, step, began)
 
 
+class Phases:
+    """Seconds spent per phase of a step, reported in the step's detail."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._last = time.monotonic()
+
+    def mark(self, phase: str) -> None:
+        now = time.monotonic()
+        self.seconds[phase] = round(self.seconds.get(phase, 0.0) + now - self._last, 3)
+        self._last = now
+
+
 def _compute_and_write(engine, table, epoch: Epoch, step: Step, began: float) -> Report:
     spark = engine.spark
+    phases = Phases()
     inputs = _ranges_of(engine, table, step)
     last = table.ledger.last_committed()
-    output_schema = engine.output_frame(table, inputs, "after").schema
-    columns = [f.name for f in output_schema.fields]
-    before_write = DeltaLog.open(table.path, engine.storage_options)
-    previous_version = before_write.version if before_write is not None else -1
-    overwrite = False
     state = StateStore(spark, table.state_root, dict(last.state_versions) if last else {}, engine.storage_options)
-
-    if step.technique == INCREMENTAL:
-        ctx = Context(spark, table.compiled.plan, inputs, state, broadcast_rows=engine.broadcast_rows)
-        root = ctx.delta(table.compiled.plan)
-        change = root.select(
-            *[F.col(quoted(internal)).cast(field.dataType).alias(field.name)
-              for internal, field in zip(table.compiled.plan.columns, output_schema.fields)],
-            F.col(WEIGHT),
-        )
-        change = consolidate(change)
-        base = read_snapshot(spark, table.path, step.output_version, output_schema)
-    else:
-        full = engine.output_frame(table, inputs, "after")
-        ensure_table(spark, table.path, output_schema, engine.storage_options)
-        current = spark.read.format("delta").load(table.path)
-        overwrite = [(f.name, f.dataType) for f in current.schema.fields] != [
-            (f.name, f.dataType) for f in output_schema.fields
-        ]
-        if overwrite:
-            change = full.select(*[F.col(quoted(c)) for c in columns], F.lit(1).cast(LongType()).alias(WEIGHT))
-        else:
-            change = consolidate(
-                full.select(*[F.col(quoted(c)) for c in columns], F.lit(1).cast(LongType()).alias(WEIGHT))
-                .unionByName(current.select(*[F.col(quoted(c)) for c in columns], F.lit(-1).cast(LongType()).alias(WEIGHT)))
-            )
-        base = current
-        ctx = Context(spark, table.compiled.plan, inputs, state, rescan=True) if table.compiled.plan else None
-        if ctx is not None:
-            ctx.build_states()
-
-    change = change.persist()
+    plan = table.compiled.plan
+    ctx = Context(spark, plan, inputs, state, rescan=step.technique == RESCAN,
+                  broadcast_rows=engine.broadcast_rows) if plan is not None else None
+    change = None
     try:
-        if ctx is not None:
-            for problem, rows in ctx.checks:
-                if not rows.isEmpty():
-                    raise StateInconsistent(problem)
+        if step.technique == INCREMENTAL:
+            rows_read = ctx.read_changes()
+            phases.mark("read changes")
+            if not ctx.changed(plan):  # every change consolidated away: nothing to write
+                return _commit(table, step, engine, phases, began, rows_read=rows_read)
+            change, base, full = _incremental_change(table, ctx), read_snapshot(
+                spark, table.path, step.output_version, table.schema), None
+        else:
+            rows_read = 0
+            change, base, full = _rescan_change(engine, table, inputs, ctx)
+        change = change.persist()
+        writes = _checked_state_writes(state)
         totals = change.agg(
             F.sum(F.when(F.col(WEIGHT) > 0, F.col(WEIGHT)).otherwise(0)).alias("inserted"),
             F.sum(F.when(F.col(WEIGHT) < 0, -F.col(WEIGHT)).otherwise(0)).alias("deleted"),
         ).first()
         inserted, deleted = int(totals["inserted"] or 0), int(totals["deleted"] or 0)
-        rows_read = sum(frame.count() for frame in (ctx.input_deltas.values() if ctx else []))
-
-        tag = lambda what: commit_tag(table.name, step.seq, step.epoch, what)  # noqa: E731
-        app = f"epochal/{table.name}"
-        if overwrite:
-            writer(full, app, step.seq, tag("output")).mode("overwrite").option("overwriteSchema", "true").save(table.path)
-        elif inserted or deleted:
-            identity = write_identity(spark, app, step.seq, tag("output"))
-            if table.key is not None and step.technique == INCREMENTAL:
-                apply_keyed(spark, table.path, change, columns, [columns[i] for i in table.key], identity)
-            else:
-                apply_multiset(
-                    spark, table.path, change, columns, base, identity,
-                    lambda frame: writer(frame, app, step.seq, tag("output")),
-                )
-        written = version_written(table.path, table.name, step.seq, "output", previous_version + 1, engine.storage_options)
-        output_version = written if written is not None else max(previous_version, step.output_version)
-
-        state_versions = {} if step.technique == RESCAN else dict(state.versions)
-        state_rows = 0
-        for write in state.writes:
-            path = state.path(write.name)
-            log = DeltaLog.open(path, engine.storage_options)
-            since = log.version + 1 if log is not None else 0
-            state_app = f"epochal/{table.name}/{write.name}"
-            write_state(
-                spark, path, write,
-                write_identity(spark, state_app, step.seq, tag(write.name)),
-                lambda frame, a=state_app, w=write.name: writer(frame, a, step.seq, tag(w)),
-            )
-            found = version_written(path, table.name, step.seq, write.name, since, engine.storage_options)
-            state_versions[write.name] = found if found is not None else state.versions.get(write.name, since - 1)
-        for name, version in state_versions.items():
-            state_rows += _row_count(state.path(name), version, engine.storage_options)
+        phases.mark("compute")
+        output_version = _write_output(engine, table, step, change, base, full, inserted or deleted)
+        phases.mark("write output")
+        state_versions = _write_states(engine, table, step, state, writes)
+        phases.mark("write state")
     finally:
-        change.unpersist()
+        if change is not None:
+            change.unpersist()
         if ctx is not None:
-            for frame in ctx.input_deltas.values():
-                frame.unpersist()
-            for value in ctx.scratch.values():
-                if isinstance(value, DataFrame):
-                    value.unpersist()
+            ctx.unpersist()
+    return _commit(table, step, engine, phases, began, rows_read=rows_read, inserted=inserted, deleted=deleted,
+                   output_version=output_version, state_versions=state_versions)
 
-    committed = Step(
-        **{
-            **step.__dict__,
-            "status": COMMITTED,
-            "output_version": output_version,
-            "state_versions": state_versions,
-            "rows_read": rows_read,
-            "rows_inserted": inserted,
-            "rows_deleted": deleted,
-            "state_rows": state_rows,
-            "seconds": round(time.monotonic() - began, 3),
-            "written_at": None,
-            "run_id": engine.run_id,
-        }
-    )
+
+def _incremental_change(table, ctx: Context) -> DataFrame:
+    plan = table.compiled.plan
+    root = ctx.delta(plan)
+    return consolidate(root.select(
+        *[F.col(quoted(internal)).cast(field.dataType).alias(field.name)
+          for internal, field in zip(plan.columns, table.schema.fields)],
+        F.col(WEIGHT),
+    ))
+
+
+def _rescan_change(engine, table, inputs, ctx: Context | None):
+    """Recompute in full and diff against the table's current contents (whatever they are, so a
+    rescan also repairs a table a crashed or abandoned step left half-written). Returns (change,
+    base, full): `full` is set when the table's schema changes and it must be overwritten."""
+    spark = engine.spark
+    columns = [f.name for f in table.schema.fields]
+    full = engine.output_frame(table, inputs, "after")
+    ensure_table(spark, table.path, table.schema, engine.storage_options)
+    current = spark.read.format("delta").load(table.path)
+    plus = full.select(*[F.col(quoted(c)) for c in columns], F.lit(1).cast(LongType()).alias(WEIGHT))
+    if ctx is not None:
+        ctx.build_states()
+    if [(f.name, f.dataType) for f in current.schema.fields] != [(f.name, f.dataType) for f in table.schema.fields]:
+        return plus, current, full
+    minus = current.select(*[F.col(quoted(c)) for c in columns], F.lit(-1).cast(LongType()).alias(WEIGHT))
+    return consolidate(plus.unionByName(minus)), current, None
+
+
+def _checked_state_writes(state: StateStore) -> list:
+    """Run each queued merge's checks (one job each, on frames already persisted) before anything
+    is written, so an inconsistency leaves nothing half-written; drop merges with no rows."""
+    kept = []
+    for write in state.writes:
+        if write.mode != "merge":
+            kept.append(write)
+            continue
+        figures = write.frame.agg(
+            F.count(F.lit(1)).alias("rows"),
+            *[F.sum(F.when(F.expr(condition), 1).otherwise(0)).alias(f"bad{i}")
+              for i, (_, condition) in enumerate(write.checks)],
+        ).first()
+        for i, (problem, _) in enumerate(write.checks):
+            if figures[f"bad{i}"]:
+                raise StateInconsistent(problem)
+        if figures["rows"]:
+            kept.append(write)
+    return kept
+
+
+def _tag(table, step: Step, what: str) -> str:
+    return commit_tag(table.name, step.seq, step.epoch, what)
+
+
+def _write_output(engine, table, step: Step, change: DataFrame, base: DataFrame, full, changed: bool) -> int:
+    spark = engine.spark
+    columns = [f.name for f in table.schema.fields]
+    log = DeltaLog.open(table.path, engine.storage_options)
+    previous = log.version if log is not None else -1
+    app, tag = f"epochal/{table.name}", _tag(table, step, "output")
+    if full is not None:
+        writer(full, app, step.seq, tag).mode("overwrite").option("overwriteSchema", "true").save(table.path)
+    elif changed:
+        identity = write_identity(spark, app, step.seq, tag)
+        if table.key is not None and step.technique == INCREMENTAL:
+            apply_keyed(spark, table.path, change, columns, [columns[i] for i in table.key], identity)
+        else:
+            apply_multiset(spark, table.path, change, columns, base, identity,
+                           lambda frame: writer(frame, app, step.seq, tag))
+    written = version_written(table.path, table.name, step.seq, "output", previous + 1, engine.storage_options)
+    return written if written is not None else max(previous, step.output_version)
+
+
+def _write_states(engine, table, step: Step, state: StateStore, writes: list) -> dict[str, int]:
+    versions = {} if step.technique == RESCAN else dict(state.versions)
+    for write in writes:
+        path = state.path(write.name)
+        log = DeltaLog.open(path, engine.storage_options)
+        since = log.version + 1 if log is not None else 0
+        app, tag = f"epochal/{table.name}/{write.name}", _tag(table, step, write.name)
+        write_state(engine.spark, path, write, write_identity(engine.spark, app, step.seq, tag),
+                    lambda frame, a=app, t=tag: writer(frame, a, step.seq, t))
+        found = version_written(path, table.name, step.seq, write.name, since, engine.storage_options)
+        versions[write.name] = found if found is not None else state.versions.get(write.name, since - 1)
+    return versions
+
+
+def _commit(table, step: Step, engine, phases: Phases, began: float, *, rows_read: int = 0, inserted: int = 0,
+            deleted: int = 0, output_version: int | None = None, state_versions: dict | None = None) -> Report:
+    state_versions = dict(step.state_versions) if state_versions is None else state_versions
+    committed = Step(**{
+        **step.__dict__,
+        "status": COMMITTED,
+        "output_version": step.output_version if output_version is None else output_version,
+        "state_versions": state_versions,
+        "rows_read": rows_read,
+        "rows_inserted": inserted,
+        "rows_deleted": deleted,
+        "state_rows": sum(_row_count(f"{table.state_root}/{name}", version, engine.storage_options)
+                          for name, version in state_versions.items()),
+        "seconds": round(time.monotonic() - began, 3),
+        "detail": {**step.detail, "phases": phases.seconds},
+        "written_at": None,
+        "run_id": engine.run_id,
+    })
     _, stored = table.ledger.record(committed)
     return _report(table, stored, time.monotonic() - began)
 

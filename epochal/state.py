@@ -24,10 +24,14 @@ class StateMissing(EpochError):
 
 @dataclass
 class StateWrite:
+    """A queued write. `checks` are (what would be wrong, SQL condition): a row of `frame`
+    satisfying a condition means the state disagrees with the change (a count below zero)."""
+
     name: str
     frame: DataFrame
     keys: tuple[str, ...] = ()
     mode: str = "merge"  # "merge": upsert rows, delete rows with DELETE_FLAG; "overwrite": replace
+    checks: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -49,8 +53,8 @@ class StateStore:
             raise StateMissing(f"state table {self.path(name)} is missing")
         return self.spark.read.format("delta").option("versionAsOf", version).load(self.path(name))
 
-    def merge(self, name: str, frame: DataFrame, keys: tuple[str, ...]) -> None:
-        self.writes.append(StateWrite(name, frame, keys, "merge"))
+    def merge(self, name: str, frame: DataFrame, keys: tuple[str, ...], checks=()) -> None:
+        self.writes.append(StateWrite(name, frame, keys, "merge", tuple(checks)))
 
     def overwrite(self, name: str, frame: DataFrame) -> None:
         self.writes.append(StateWrite(name, frame, (), "overwrite"))

@@ -25,6 +25,7 @@ from .state import DELETE_FLAG, StateWrite
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+MATERIALIZE_SOURCE = "spark.databricks.delta.merge.materializeSource"
 OP = "__op"
 
 # MERGE honours idempotent-write identities only through session confs; they are session-wide,
@@ -38,14 +39,17 @@ def commit_tag(table: str, seq: int, epoch: str, what: str) -> str:
 
 @contextmanager
 def write_identity(spark: SparkSession, app_id: str, seq: int, tag: str):
+    """Session confs for one MERGE: its idempotent-write identity and commit tag, and no source
+    materialization (our MERGE sources are deterministic time-travel reads, so Delta need not copy
+    them to guard against them changing between its two passes)."""
+    confs = {TXN_APP_ID: app_id, TXN_VERSION: str(seq), USER_METADATA: tag}
     with _session_conf_lock:
-        spark.conf.set(TXN_APP_ID, app_id)
-        spark.conf.set(TXN_VERSION, str(seq))
-        spark.conf.set(USER_METADATA, tag)
+        for key, value in confs.items():
+            spark.conf.set(key, value)
         try:
             yield
         finally:
-            for key in (TXN_APP_ID, TXN_VERSION, USER_METADATA):
+            for key in confs:
                 spark.conf.unset(key)
 
 
@@ -132,7 +136,9 @@ def apply_multiset(spark, path: str, change: DataFrame, columns: list[str], base
     minus = minus.join(counts, null_safe_on(minus, counts, [(c, f"__b{i}") for i, c in enumerate(columns)]), "left")
     remaining = F.coalesce(F.col("__n"), F.lit(0)).cast(LongType()) + F.col(WEIGHT)
     minus = minus.withColumn("__m", remaining).persist()
-    if not minus.filter(F.col("__m") < 0).isEmpty():
+    # count, not isEmpty: the cache must be complete before MERGE reads it (Delta refuses a source
+    # that is cached while it runs)
+    if minus.filter(F.col("__m") < 0).count():
         raise StateInconsistent(f"{path}: the change deletes more copies of a row than the table holds")
     keep = [F.col(quoted(c)) for c in columns]
     markers = minus.select(*keep, F.lit("delete").alias(OP))

@@ -190,11 +190,13 @@ class AggregateRule(Rule):
             after.alias(COUNT),
             (F.when((before <= 0) & (after > 0), 1).when((before > 0) & (after <= 0), -1).otherwise(0)).alias("__t"),
         )
-        ctx.checks.append((f"a use count below zero in {name}", transitions.filter(c(COUNT) < 0)))
+        transitions = transitions.persist()
+        ctx.persisted.append(transitions)
         ctx.state.merge(
             name,
             transitions.select(*[c(x) for x in keys + [agg.arg]], c(COUNT), (c(COUNT) <= 0).alias(DELETE_FLAG)),
             tuple(keys + [agg.arg]),
+            checks=[(f"a use count below zero in {name}", f"`{COUNT}` < 0")],
         )
         per_group = transitions.groupBy(*[c(k) for k in keys]).agg(F.sum("__t").alias(f"{agg.name}__dn"))
         return per_group
@@ -240,8 +242,9 @@ class AggregateRule(Rule):
                 new.append(value.cast(self._state_type(node, ctx, agg, column)).alias("n__" + column))
         old_columns = [c("o__" + x) for x in [COUNT] + [s for a in node.aggs for s in _state_columns(a)]]
         touched = joined.select(*new, *old_columns, c("__neg"), *[c(f"{a.name}__neg") for a in node.aggs if a.func in ("min", "max")])
-        touched = self._recompute(node, ctx, touched)
-        return touched.persist()
+        touched = self._recompute(node, ctx, touched).persist()
+        ctx.persisted.append(touched)
+        return touched
 
     def _state_type(self, node, ctx, agg: AggCall, column: str) -> DataType:
         if column.endswith("__n"):
@@ -310,8 +313,8 @@ class AggregateRule(Rule):
                 (~exists).alias(DELETE_FLAG),
             ),
             tuple(keys),
+            checks=[(f"a group count below zero in {ctx.state_name(node)}", f"`{COUNT}` < 0")],
         )
-        ctx.checks.append((f"a group count below zero in {ctx.state_name(node)}", touched.filter(c("n__" + COUNT) < 0)))
         return consolidate(old_rows.unionByName(new_rows))
 
     def snapshot(self, node: Aggregate, ctx, side: str) -> DataFrame:

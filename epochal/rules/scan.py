@@ -24,9 +24,7 @@ class ScanRule(Rule):
     def delta(self, node: Scan, ctx) -> DataFrame:
         source = ctx.inputs[node.table]
         changes = read_changes(ctx.spark, source.path, source.before, source.after, list(node.fields))
-        batch = consolidate(self._shape(node, changes, True)).persist()
-        ctx.input_deltas[f"{node.table}#{id(node)}"] = batch
-        return batch
+        return consolidate(self._shape(node, changes, True))
 
     def snapshot(self, node: Scan, ctx, side: str) -> DataFrame:
         source = ctx.inputs[node.table]
