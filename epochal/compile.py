@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import OptimizeError, ParseError, SqlglotError
+from sqlglot.tokens import TokenType
 from sqlglot.optimizer.qualify import qualify
 
 from .errors import DefinitionError, Unsupported
@@ -154,11 +155,30 @@ def resolve_inputs(name: str, tree: exp.Expression, known: dict[str, TableInfo])
     return tuple(found)
 
 
-def recompute_text(sql: str, tree: exp.Expression, inputs: tuple[str, ...]) -> tuple[str, dict[str, str]]:
+def tie_breakers(sql: str, tree: exp.Expression, outputs: int) -> list[tuple[int, int, str]]:
+    """For a top-level ORDER BY ... LIMIT, an edit appending every output column (by position,
+    ascending) to the ORDER BY, so rows tied on the user's keys are chosen deterministically, the
+    same way the incremental top-k chooses them."""
+    if tree.args.get("limit") is None or tree.args.get("order") is None:
+        return []
+    depth, position = 0, None
+    for token in sqlglot.tokenize(sql, read="spark"):
+        if token.token_type == TokenType.L_PAREN:
+            depth += 1
+        elif token.token_type == TokenType.R_PAREN:
+            depth -= 1
+        elif token.token_type == TokenType.LIMIT and depth == 0:
+            position = token.start
+    if position is None:
+        return []
+    return [(position, position, ", " + ", ".join(str(i) for i in range(1, outputs + 1)) + " ")]
+
+
+def recompute_text(sql: str, tree: exp.Expression, inputs: tuple[str, ...], outputs: int = 0) -> tuple[str, dict[str, str]]:
     """The user's SQL with every input table reference replaced by a `{placeholder}` for
     `SparkSession.sql(text, **dataframes)`; braces elsewhere are escaped."""
     lowered = {table.lower(): table for table in inputs}
-    edits = []
+    edits = tie_breakers(sql, tree, outputs)
     placeholders: dict[str, str] = {}
     for table in referenced_tables(tree):
         real = lowered[table.name.lower()]
@@ -201,14 +221,19 @@ def compile_definition(
     check_deterministic(name, tree)
     inputs = resolve_inputs(name, tree, tables)
     qualified = _qualify(name, tree, {t.lower(): {c.lower(): ty for c, ty in cols.items()} for t, cols in schemas.items()})
-    text, placeholders = recompute_text(sql, tree, inputs)
+    text, placeholders = recompute_text(sql, tree, inputs, len(qualified.selects))
     compiled = dict(
         name=name, sql=sql, tree=qualified, inputs=inputs, fingerprint=fingerprint(qualified),
         recompute_sql=text, placeholders=placeholders,
     )
     try:
-        naive = Planner({t: tables[t] for t in inputs}).query(qualified).node
+        naive = Planner({t: tables[t] for t in inputs}).query(qualified, top=True).node
     except Unsupported as unsupported:
         return Compiled(**compiled, blocker=unsupported.construct)
     plan, passes = optimize(naive)
+    from .rules import blocker  # the rules need Spark; the rest of compiling does not
+
+    missing = blocker(plan)
+    if missing is not None:
+        return Compiled(**compiled, naive=naive, blocker=missing)
     return Compiled(**compiled, naive=naive, plan=plan, passes=passes)

@@ -181,6 +181,102 @@ class UnionAll(Node):
 
 
 @dataclass(frozen=True, eq=False)
+class Binary(Node):
+    left: Node = field(default=None)  # type: ignore[assignment]
+    right: Node = field(default=None)  # type: ignore[assignment]
+
+    @property
+    def inputs(self) -> tuple[Node, ...]:
+        return (self.left, self.right)
+
+    def with_inputs(self, inputs: tuple[Node, ...]) -> Node:
+        left, right = inputs
+        if left is self.left and right is self.right:
+            return self
+        return dataclasses.replace(self, left=left, right=right)
+
+
+def _pairs(pairs: tuple[tuple[str, str], ...]) -> str:
+    return " AND ".join(f"{a} = {b}" for a, b in pairs)
+
+
+@dataclass(frozen=True, eq=False)
+class OuterJoin(Binary):
+    """LEFT, RIGHT or FULL outer join on equalities `pairs` (left column, right column) and a
+    `residual` condition; columns are the left's then the right's."""
+
+    side: str = "left"  # left | right | full
+    pairs: tuple[tuple[str, str], ...] = ()
+    residual: exp.Expression | None = None
+
+    def describe(self) -> str:
+        on = _pairs(self.pairs) + (f" AND {sql(self.residual)}" if self.residual is not None else "")
+        return f"{self.side} on {on or 'true'}"
+
+
+@dataclass(frozen=True, eq=False)
+class SemiJoin(Binary):
+    """Rows of `left` with (anti: without) a row of `right` matching `pairs` and `residual`:
+    EXISTS / IN, and NOT EXISTS / NOT IN. `null_aware` gives NOT IN its SQL meaning: no row
+    passes when `right` holds a NULL, and every row passes when `right` is empty."""
+
+    anti: bool = False
+    null_aware: bool = False
+    pairs: tuple[tuple[str, str], ...] = ()
+    residual: exp.Expression | None = None
+
+    def describe(self) -> str:
+        kind = "not in" if self.null_aware else ("anti" if self.anti else "semi")
+        on = _pairs(self.pairs) + (f" AND {sql(self.residual)}" if self.residual is not None else "")
+        return f"{kind} on {on or 'true'}"
+
+
+@dataclass(frozen=True, eq=False)
+class SetOperation(Binary):
+    """INTERSECT or EXCEPT (by position; `all` keeps multiplicities)."""
+
+    operation: str = "intersect"  # intersect | except
+    all: bool = False
+
+    def describe(self) -> str:
+        return self.operation + (" all" if self.all else "")
+
+
+@dataclass(frozen=True, eq=False)
+class Window(Unary):
+    """Window functions over partitions of the input: `functions[i]` (Spark SQL over input
+    columns, with its OVER clause) computes `columns[len(input.columns) + i]`."""
+
+    partition: tuple[str, ...] = ()
+    functions: tuple[exp.Expression, ...] = ()
+
+    def describe(self) -> str:
+        names = self.columns[len(self.input.columns):]
+        return f"partition by {', '.join(self.partition)}: " + ", ".join(
+            f"{sql(f)} AS {n}" for f, n in zip(self.functions, names)
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class TopK(Unary):
+    """ORDER BY ... LIMIT: the first `limit` rows by `order` ((column, descending, nulls
+    first)), ties broken by every column ascending so the result is deterministic."""
+
+    order: tuple[tuple[str, bool, bool], ...] = ()
+    limit: int = 0
+
+    def describe(self) -> str:
+        keys = ", ".join(f"{c} {'desc' if d else 'asc'}{' nulls first' if n else ''}" for c, d, n in self.order)
+        return f"limit {self.limit} by {keys}"
+
+
+@dataclass(frozen=True, eq=False)
+class Integrate(Unary):
+    """Keeps its input as state (a use count per distinct row) so readers can see the input as of
+    an epoch's start or end without recomputing it (DBSP's integral)."""
+
+
+@dataclass(frozen=True, eq=False)
 class Opaque(Node):
     """A part of the query with no delta rule: the table is maintained by rescans. `construct`
     names what it is, for the NOT_INCREMENTAL reason."""

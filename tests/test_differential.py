@@ -126,21 +126,16 @@ DEFINITIONS = {
 }
 
 
-@settings(
-    max_examples=4,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
-@given(epochs=st.lists(EPOCH, min_size=2, max_size=3))
-def test_random_changes_match_recompute_after_every_epoch(spark, warehouse, epochs):
+def run_epochs(spark, warehouse: str, definitions: dict[str, str], epochs) -> None:
+    """Fresh sources, the definitions, a first (rescan) epoch, then one epoch per drawn batch;
+    every table is compared with its recompute after every epoch."""
     root = f"{warehouse}/{uuid.uuid4().hex[:8]}"
     a = SyntheticSource(spark, f"{root}/sources/a", A_SCHEMA, A_INITIAL)
     b = SyntheticSource(spark, f"{root}/sources/b", B_SCHEMA, B_INITIAL)
     engine = Engine(spark, root)
     engine.source("a")
     engine.source("b")
-    engine.define_all(DEFINITIONS)
+    engine.define_all(definitions)
 
     first = engine.refresh()
     assert {r.technique for r in first} == {"rescan"}
@@ -157,3 +152,17 @@ def test_random_changes_match_recompute_after_every_epoch(spark, warehouse, epoc
         if not a_ops and not b_ops:
             assert {r.technique for r in reports} == {"noop"}
         assert_matches_recompute(engine, context=f"after epoch {number}: a {a_ops} b {b_ops}")
+
+
+SLOW = settings(
+    max_examples=4,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+
+
+@SLOW
+@given(epochs=st.lists(EPOCH, min_size=2, max_size=3))
+def test_random_changes_match_recompute_after_every_epoch(spark, warehouse, epochs):
+    run_epochs(spark, warehouse, DEFINITIONS, epochs)

@@ -22,11 +22,20 @@ PASSES = (
 )
 
 
+MAX_ROUNDS = 4
+
+
 def optimize(plan: Node, passes=PASSES) -> tuple[Node, tuple[str, ...]]:
-    applied = []
-    for rewrite in passes:
-        before = render(plan)
-        plan = rewrite(plan)
-        if render(plan) != before:
-            applied.append(rewrite.__name__)
+    """Apply the passes in order, again while a round changes the plan (one pass can open the
+    way for another: a pushed-down filter can leave a join directly under a join)."""
+    applied: list[str] = []
+    for _ in range(MAX_ROUNDS):
+        start = render(plan)
+        for rewrite in passes:
+            before = render(plan)
+            plan = rewrite(plan)
+            if render(plan) != before and rewrite.__name__ not in applied:
+                applied.append(rewrite.__name__)
+        if render(plan) == start:
+            break
     return plan, tuple(applied)

@@ -4,7 +4,20 @@ update that only touched unread columns cancels out before any join or aggregate
 
 from __future__ import annotations
 
-from ..graph import Aggregate, Filter, Join, Node, Project, Scan, UnionAll, columns_in, walk
+from ..graph import (
+    Aggregate,
+    Filter,
+    Join,
+    Node,
+    OuterJoin,
+    Project,
+    Scan,
+    SemiJoin,
+    UnionAll,
+    Window,
+    columns_in,
+    walk,
+)
 
 
 def _required(plan: Node) -> dict[int, set[str]]:
@@ -30,6 +43,15 @@ def _required(plan: Node) -> dict[int, set[str]]:
                     wanted |= {agg.arg} if agg.arg else set()
                     wanted |= columns_in(agg.expression)
             required[id(node.input)] |= wanted
+        elif isinstance(node, (OuterJoin, SemiJoin)):
+            wanted = need | columns_in(node.residual) | {c for pair in node.pairs for c in pair}
+            required[id(node.left)] |= wanted & set(node.left.columns)
+            if isinstance(node, SemiJoin):
+                wanted = columns_in(node.residual) | {c for pair in node.pairs for c in pair}
+            required[id(node.right)] |= wanted & set(node.right.columns)
+        elif isinstance(node, Window):
+            wanted = need | set(node.partition) | {c for f in node.functions for c in columns_in(f)}
+            required[id(node.input)] |= wanted & set(node.input.columns)
         else:
             for child in node.inputs:
                 required[id(child)] |= set(child.columns)
@@ -66,6 +88,13 @@ def prune_columns(plan: Node) -> Node:
             result = node.replace(input=inputs[0], aggs=aggs, columns=node.keys + tuple(a.name for a in aggs))
         elif isinstance(node, UnionAll):
             result = node.replace(parts=inputs)
+        elif isinstance(node, OuterJoin):
+            result = node.replace(left=inputs[0], right=inputs[1], columns=inputs[0].columns + inputs[1].columns)
+        elif isinstance(node, SemiJoin):
+            result = node.replace(left=inputs[0], right=inputs[1], columns=inputs[0].columns)
+        elif isinstance(node, Window):
+            added = node.columns[len(node.input.columns):]
+            result = node.replace(input=inputs[0], columns=inputs[0].columns + added)
         else:
             result = node.with_inputs(inputs)
         done[id(node)] = result

@@ -4,7 +4,21 @@ filter the change batch and the snapshot reads alike (and Delta can skip files).
 
 from __future__ import annotations
 
-from ..graph import Aggregate, Filter, Join, Node, Project, Scan, columns_in, conjoin, conjuncts, transform
+from ..graph import (
+    Aggregate,
+    Filter,
+    Join,
+    Node,
+    OuterJoin,
+    Project,
+    Scan,
+    SemiJoin,
+    Window,
+    columns_in,
+    conjoin,
+    conjuncts,
+    transform,
+)
 from .substitute import substitute
 
 MAX_ROUNDS = 16
@@ -39,6 +53,21 @@ def _push_once(node: Node) -> Node:
     if isinstance(child, Join):
         return Join(columns=child.columns, parts=child.parts,
                     condition=conjoin(conjuncts(child.condition) + conjuncts(node.predicate)))
+    if isinstance(child, SemiJoin):  # a semi- or anti-join keeps or drops left rows whole
+        return child.replace(left=_filter(child.left, conjuncts(node.predicate)))
+    if isinstance(child, OuterJoin) and child.side in ("left", "right"):
+        preserved = child.left if child.side == "left" else child.right
+        below = [p for p in conjuncts(node.predicate) if columns_in(p) <= set(preserved.columns)]
+        above = [p for p in conjuncts(node.predicate) if p not in below]
+        if below:
+            side = "left" if child.side == "left" else "right"
+            moved = child.replace(**{side: _filter(preserved, below)})
+            return _filter(moved, above)
+    if isinstance(child, Window):
+        below = [p for p in conjuncts(node.predicate) if columns_in(p) <= set(child.partition)]
+        above = [p for p in conjuncts(node.predicate) if p not in below]
+        if below:
+            return _filter(child.replace(input=_filter(child.input, below)), above)
     if isinstance(child, Aggregate) and child.keys:
         below = [p for p in conjuncts(node.predicate) if columns_in(p) <= set(child.keys)]
         above = [p for p in conjuncts(node.predicate) if p not in below]

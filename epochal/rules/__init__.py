@@ -12,14 +12,23 @@ from ..graph import Node
 from .base import Rule
 from .aggregate import AggregateRule
 from .filter import FilterRule
+from .integrate import IntegrateRule
 from .join import JoinRule
+from .outer_join import OuterJoinRule
 from .project import ProjectRule
 from .scan import ScanRule
+from .semijoin import SemiJoinRule
+from .set_operation import SetOperationRule
+from .topk import TopKRule
 from .union import UnionAllRule
+from .window import WindowRule
 
 RULES: dict[type, Rule] = {
     rule.operator: rule
-    for rule in (ScanRule(), FilterRule(), ProjectRule(), JoinRule(), AggregateRule(), UnionAllRule())
+    for rule in (
+        ScanRule(), FilterRule(), ProjectRule(), JoinRule(), AggregateRule(), UnionAllRule(),
+        OuterJoinRule(), SemiJoinRule(), SetOperationRule(), WindowRule(), TopKRule(), IntegrateRule(),
+    )
 }
 
 
@@ -40,5 +49,5 @@ def blocker(plan: Node) -> str | None:
 
     for node in walk(plan):
         if type(node) not in RULES:
-            return node.describe() or node.kind
+            return f"{node.kind} {node.describe()}".strip()
     return None

@@ -1,0 +1,66 @@
+"""Semi- and anti-joins: [NOT] EXISTS and [NOT] IN, decorrelated. A left row's presence flips
+when its key's match count crosses zero; maintained by affected-key recompute on the correlation
+keys. NOT IN follows SQL's three-valued logic: when the subquery holds a NULL no row passes, and
+when it is empty every row passes (NULL included); a change to either property recomputes the
+operator in full, since it affects every row."""
+
+from __future__ import annotations
+
+from pyspark.sql import functions as F
+
+from ..changes import quoted
+from ..context import NEW, OLD
+from ..graph import SemiJoin
+from .base import Rule, expr
+from .keyed import full_recompute, keyed_recompute
+from .outer_join import condition
+
+
+class SemiJoinRule(Rule):
+    operator = SemiJoin
+    rule = "affected-key recompute on the correlation keys: L[k] ⋉ R[k] (new) - (old)"
+    state = "none (both sides read by Delta time travel, restricted to the affected keys)"
+
+    def explain(self, node: SemiJoin):
+        if node.null_aware:
+            return (self.rule + "; NOT IN: full recompute when the subquery's emptiness or NULL-holding changes",
+                    self.state)
+        return self.rule, self.state
+
+    def _flags(self, node: SemiJoin, ctx, side: str) -> tuple[bool, bool]:
+        """(subquery is empty, subquery holds a NULL) for NOT IN, as of `side`."""
+        def compute():
+            (_, value) = node.pairs[0]
+            row = ctx.snapshot(node.right, side).agg(
+                F.count(F.lit(1)).alias("rows"), F.count(F.when(F.col(quoted(value)).isNull(), 1)).alias("nulls")
+            ).first()
+            return row["rows"] == 0, row["nulls"] > 0
+
+        return ctx.memo(node, f"flags:{side if ctx.changed(node.right) else NEW}", compute)
+
+    def _evaluate(self, node: SemiJoin, ctx):
+        on = expr(condition(node))
+
+        def evaluate(frames, side):
+            left, right = frames
+            if node.null_aware:
+                empty, has_null = self._flags(node, ctx, side)
+                if empty:
+                    return left
+                if has_null:
+                    return left.limit(0)
+                left = left.filter(F.col(quoted(node.pairs[0][0])).isNotNull())
+            joined = left.join(right, on=on, how="left_anti" if node.anti else "left_semi")
+            return joined.select(*[F.col(quoted(c)) for c in node.columns])
+
+        return evaluate
+
+    def delta(self, node: SemiJoin, ctx):
+        evaluate = self._evaluate(node, ctx)
+        if node.null_aware and ctx.changed(node.right) and self._flags(node, ctx, OLD) != self._flags(node, ctx, NEW):
+            return full_recompute(ctx, [node.left, node.right], evaluate)
+        sides = [(node.left, [a for a, _ in node.pairs]), (node.right, [b for _, b in node.pairs])]
+        return keyed_recompute(ctx, sides, evaluate)
+
+    def snapshot(self, node: SemiJoin, ctx, side):
+        return self._evaluate(node, ctx)([ctx.snapshot(node.left, side), ctx.snapshot(node.right, side)], side)

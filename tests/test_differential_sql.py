@@ -1,0 +1,61 @@
+"""Differential tests for the full SQL surface: outer joins (NULL keys included), [NOT] EXISTS,
+[NOT] IN (NOT IN against a subquery holding NULL), scalar subqueries, aggregation over
+aggregation, HAVING with a subquery, UNION / INTERSECT / EXCEPT, top-k and window functions, on
+the synthetic tables of test_differential with random change batches (including one that empties
+and refills a join partner)."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.test_differential import EPOCH, SLOW, run_epochs
+
+JOINS_AND_SUBQUERIES = {
+    "left_outer": "SELECT a.k, a.g, b.name FROM a LEFT JOIN b ON a.k = b.k",
+    "right_outer": "SELECT a.v, b.k, b.name FROM a RIGHT OUTER JOIN b ON a.k = b.k AND a.v > 0",
+    "full_outer": "SELECT a.k AS ak, b.k AS bk, a.v, b.w FROM a FULL OUTER JOIN b ON a.k = b.k",
+    "left_counts": "SELECT a.k, count(b.name) AS matches FROM a LEFT JOIN b ON a.k = b.k "
+                   "AND b.name <> 'two' GROUP BY a.k",
+    "with_partner": "SELECT k, g FROM a WHERE EXISTS (SELECT 1 FROM b WHERE b.k = a.k AND b.w > 0)",
+    "without_partner": "SELECT k, g, v FROM a WHERE NOT EXISTS (SELECT 1 FROM b WHERE b.k = a.k)",
+    "in_list": "SELECT k, v FROM a WHERE k IN (SELECT k FROM b WHERE name IS NOT NULL)",
+    "not_in_nulls": "SELECT k, v FROM a WHERE k NOT IN (SELECT k FROM b)",
+    "not_in_clean": "SELECT g, v FROM a WHERE v NOT IN (SELECT k FROM b WHERE k IS NOT NULL)",
+    "above_average": "SELECT k, g, v FROM a WHERE v > (SELECT avg(v) FROM a)",
+    "above_group_average": "SELECT a1.k, a1.g, a1.v FROM a a1 WHERE a1.v >= "
+                           "(SELECT avg(a2.v) FROM a a2 WHERE a2.g = a1.g)",
+}
+
+AGGREGATES_AND_SETS = {
+    "per_group": "SELECT g, count(*) AS n FROM a GROUP BY g",
+    "group_sizes": "SELECT n, count(*) AS groups FROM (SELECT g, count(*) AS n FROM a GROUP BY g) AS s GROUP BY n",
+    "big_groups": "WITH t AS (SELECT g, sum(v) AS s FROM a GROUP BY g) "
+                  "SELECT g, s FROM t WHERE s >= (SELECT max(s) FROM t) - 5",
+    "heavy": "SELECT g, sum(v) AS s FROM a GROUP BY g HAVING sum(v) > (SELECT avg(w) FROM b)",
+    "labels": "SELECT g AS label FROM a UNION SELECT name AS label FROM b",
+    "shared_keys": "SELECT k FROM a INTERSECT SELECT k FROM b",
+    "own_keys": "SELECT k FROM a EXCEPT SELECT k FROM b",
+    "shared_all": "SELECT k FROM a INTERSECT ALL SELECT k FROM b",
+    "top3": "SELECT g, k, v FROM a ORDER BY v DESC NULLS LAST, k LIMIT 3",
+    "top_groups": "SELECT g, sum(v) AS s FROM a GROUP BY g ORDER BY s DESC LIMIT 2",
+    "ranked": "SELECT k, g, v, row_number() OVER (PARTITION BY g ORDER BY v, k, d) AS rn, "
+              "sum(v) OVER (PARTITION BY g) AS gs FROM a",
+    "expressions": "SELECT g, sum(CASE WHEN name LIKE 't%' THEN w ELSE 0 END) AS tw, "
+                   "max(substring(coalesce(name, '?'), 1, 2)) AS prefix, "
+                   "min(CAST(a.k AS string)) AS kmin, "
+                   "count(DISTINCT extract(year FROM date_add(date '2026-01-01', coalesce(a.k, 0) * 200))) AS years "
+                   "FROM a JOIN b ON a.k = b.k GROUP BY g",
+}
+
+
+@SLOW
+@given(epochs=st.lists(EPOCH, min_size=2, max_size=3))
+def test_joins_and_subqueries_match_recompute(spark, warehouse, epochs):
+    run_epochs(spark, warehouse, JOINS_AND_SUBQUERIES, epochs)
+
+
+@SLOW
+@given(epochs=st.lists(EPOCH, min_size=2, max_size=3))
+def test_aggregates_sets_topk_windows_match_recompute(spark, warehouse, epochs):
+    run_epochs(spark, warehouse, AGGREGATES_AND_SETS, epochs)
