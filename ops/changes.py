@@ -34,7 +34,6 @@ import json
 import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from decimal import Decimal
@@ -44,7 +43,8 @@ import numpy as np
 from epochal.clock import logical_time_metadata, parse_logical_time, utc
 from epochal.warehouse import Warehouse
 from ops import deltalog
-from ops.tpch import PRIMARY_KEYS, TPCH_TABLES, USER_METADATA_CONF
+from ops.confs import USER_METADATA_CONF, session_confs
+from ops.tpch import PRIMARY_KEYS, TPCH_TABLES
 
 BATCH_KEY = "batch"
 ACTION = "_epochal_action"
@@ -78,25 +78,14 @@ COMMENT_WORDS = (
 )
 
 
-# MERGE copies a source that is not a plain Delta scan before using it, in case it is
-# non-deterministic; ours is an in-memory list of rows, so the extra Spark job buys nothing.
-MERGE_CONFS = {"spark.databricks.delta.merge.materializeSource": "none"}
-
-
-@contextmanager
-def session_confs(spark, confs: dict[str, str]):
-    """Set session confs for the duration of a block, then restore what was there."""
-    previous = {key: spark.conf.get(key, None) for key in confs}
-    for key, value in confs.items():
-        spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key, value in previous.items():
-            if value is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, value)
+MERGE_CONFS = {
+    # MERGE copies a source that is not a plain Delta scan before using it, in case it is
+    # non-deterministic; ours is an in-memory list of rows, so the extra Spark job buys nothing.
+    "spark.databricks.delta.merge.materializeSource": "none",
+    # Size the rewritten files by bytes rather than split them across every shuffle partition:
+    # each small file would be touched, and rewritten, again by the next batch.
+    "spark.sql.adaptive.coalescePartitions.parallelismFirst": "false",
+}
 
 
 class ChangeConflict(RuntimeError):
@@ -228,6 +217,14 @@ def _key(row: dict, table: str) -> tuple:
     return tuple(row[column] for column in PRIMARY_KEYS[table])
 
 
+def _key_ranges(plan: "_TablePlan", table: str) -> list[tuple[int, int]]:
+    """The leading-key ranges a MERGE can match: one for the deletes (old orders), one for the
+    updates (recent ones). Only target rows in them can match; inserts carry fresh keys."""
+    leading = PRIMARY_KEYS[table][0]
+    first_keys = [[key[0] for key in plan.deletes], [row[leading] for row in plan.updates]]
+    return [(min(keys), max(keys)) for keys in first_keys if keys]
+
+
 class ChangeGenerator:
     """Applies hourly change batches to the TPC-H sources of a warehouse.
 
@@ -262,10 +259,14 @@ class ChangeGenerator:
         changed = [name for name in TPCH_TABLES if plans.get(name)]
         # The MERGEs touch different tables and share one userMetadata, so they run side by side:
         # most of a small MERGE's time is driver-side bookkeeping that overlaps well.
-        with session_confs(self.spark, {USER_METADATA_CONF: meta, **MERGE_CONFS}):
-            with ThreadPoolExecutor(max_workers=len(changed)) as pool:
-                futures = {n: pool.submit(self._merge, n, plans[n], meta) for n in changed}
-                tables = {name: future.result() for name, future in futures.items()}
+        try:
+            with session_confs(self.spark, {USER_METADATA_CONF: meta, **MERGE_CONFS}):
+                with ThreadPoolExecutor(max_workers=len(changed)) as pool:
+                    futures = {n: pool.submit(self._merge, n, plans[n], meta) for n in changed}
+                    tables = {name: future.result() for name, future in futures.items()}
+        except BaseException:
+            self._history = None  # some tables may hold the batch now: read the logs again
+            raise
         history = self.history()
         self._history = ChangeHistory(
             batches={**history.batches, **{name: index for name in tables}},
@@ -335,9 +336,7 @@ class ChangeGenerator:
         line_updated_orders = np.sort(recent[n:])
 
         self._plan_order_updates(rng, plans["orders"], updated_orders)
-        self._plan_deletes_and_line_updates(
-            rng, plans, deleted_orders, line_updated_orders
-        )
+        self._plan_deletes_and_line_updates(rng, plans, deleted_orders, line_updated_orders)
         nation_keys = [int(k) for k in self._keys("nation", "n_nationkey")]
         customer_keys = self._keys("customer", "c_custkey")
         self._plan_customer_updates(rng, plans["customer"], customer_keys, nation_keys)
@@ -497,9 +496,15 @@ class ChangeGenerator:
         )
         source = self.spark.createDataFrame(rows, source_schema)
         every_column = {c: f"s.`{c}`" for c in names}
+        condition = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
+        key_ranges = _key_ranges(plan, table)
+        if key_ranges:  # target-only: Delta skips the files outside these ranges
+            condition += " AND (" + " OR ".join(
+                f"t.`{keys[0]}` BETWEEN {low} AND {high}" for low, high in key_ranges
+            ) + ")"
         merge = (
             target.alias("t")
-            .merge(source.alias("s"), " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys))
+            .merge(source.alias("s"), condition)
             .whenMatchedDelete(condition=f"s.{ACTION} = 'delete'")
             .whenMatchedUpdate(condition=f"s.{ACTION} = 'update'", set=every_column)
             .whenNotMatchedInsert(condition=f"s.{ACTION} = 'insert'", values=every_column)
