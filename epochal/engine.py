@@ -22,6 +22,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
 from . import epoch as protocol
+from . import faults
 from .changes import read_snapshot
 from .clock import clock_named
 from .compile import Compiled, compile_definition, parse, referenced_tables
@@ -231,6 +232,7 @@ class Engine:
                         stack.append(up)
         names = [n for n in self.tables() if n in wanted]
         epoch = self.epoch(until, names)
+        faults.point("after_remap")
         return [protocol.run(self, self.table(name), epoch, full_refresh=full_refresh) for name in names]
 
     def output_frame(self, table: Table, inputs: dict[str, InputRange], side: str) -> DataFrame:

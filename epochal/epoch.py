@@ -25,6 +25,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType
 
 from .changes import consolidate, quoted, read_snapshot
+from . import faults
 from .context import Context, InputRange
 from .deltalog import DeltaLog
 from .errors import EpochError, StateInconsistent, StrictModeError
@@ -180,6 +181,7 @@ def run(engine, table, epoch: Epoch, *, full_refresh: bool = False) -> Report:
         _, stored = ledger.record(step)
         return _report(table, stored, time.monotonic() - began)
     written, stored = ledger.record(step)
+    faults.point("after_started", table.name)
     if not written:
         if stored.epoch != epoch.key:
             raise EpochError(
@@ -261,6 +263,7 @@ def _compute_and_write(engine, table, epoch: Epoch, step: Step, began: float) ->
         if step.technique == INCREMENTAL:
             rows_read = ctx.read_changes()
             phases.mark("read changes")
+            faults.point("after_read_changes", table.name)
             if not ctx.changed(plan):  # every change consolidated away: nothing to write
                 return _commit(table, step, engine, phases, began, rows_read=rows_read)
             change, base, full = _incremental_change(table, ctx), read_snapshot(
@@ -278,6 +281,7 @@ def _compute_and_write(engine, table, epoch: Epoch, step: Step, began: float) ->
         phases.mark("compute")
         output_version = _write_output(engine, table, step, change, base, full, inserted or deleted)
         phases.mark("write output")
+        faults.point("after_output_merge", table.name)
         state_versions = _write_states(engine, table, step, state, writes)
         phases.mark("write state")
     finally:
@@ -372,6 +376,7 @@ def _write_states(engine, table, step: Step, state: StateStore, writes: list) ->
                     lambda frame, a=app, t=tag: writer(frame, a, step.seq, t))
         found = version_written(path, table.name, step.seq, write.name, since, engine.storage_options)
         versions[write.name] = found if found is not None else state.versions.get(write.name, since - 1)
+        faults.point("after_state_merge", table.name)
     return versions
 
 
@@ -393,6 +398,7 @@ def _commit(table, step: Step, engine, phases: Phases, began: float, *, rows_rea
         "written_at": None,
         "run_id": engine.run_id,
     })
+    faults.point("before_commit", table.name)
     _, stored = table.ledger.record(committed)
     return _report(table, stored, time.monotonic() - began)
 

@@ -330,9 +330,10 @@ class AggregateRule(Rule):
             fresh = touched.filter((c("n__" + COUNT) > 0) | F.lit(not keys)).select(
                 *[c(k) for k in keys], *[c("n__" + s).alias(s) for s in state_columns]
             )
-            state = self._untouched(old, fresh, keys).unionByName(fresh) if keys else fresh
+            state = self._untouched(old, touched, keys).unionByName(fresh) if keys else fresh
         return state.select(*[c(k) for k in keys], *self._finalize(node, ctx, ""))
 
-    def _untouched(self, old: DataFrame, fresh: DataFrame, keys: list[str]) -> DataFrame:
-        renamed = fresh.select(*[c(k).alias("t__" + k) for k in keys])
+    def _untouched(self, old: DataFrame, touched: DataFrame, keys: list[str]) -> DataFrame:
+        """Old state rows of the groups this epoch did not touch."""
+        renamed = touched.select(*[c(k).alias("t__" + k) for k in keys])
         return old.join(renamed, null_safe_on(old, renamed, [(k, "t__" + k) for k in keys]), "left_anti")
