@@ -9,7 +9,7 @@ incremental engine goes wrong.
 Each table's share of a batch is one MERGE (one Delta commit) driven by an action column, so the
 change data feed shows `insert`, `delete`, `update_preimage` and `update_postimage`. The commit's
 userMetadata carries the batch's logical time and index, so a day of hourly batches can be written
-in a minute and still fall into the right hourly epochs.
+in a few minutes and still fall into the right hourly epochs.
 
 Determinism: the batch is drawn from `numpy.random.default_rng([seed, index])` over keys collected to
 the driver and sorted, so the same seed and the same starting tables give the same batch, row for row
