@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -37,6 +38,36 @@ from .reclock import Epoch, Remap, Source
 from .warehouse import Warehouse, check_name
 
 DELTA_FORBIDDEN = re.compile(r"[ ,;{}()\n\t=]")
+
+
+def _is_connect(spark) -> bool:
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+class _SessionView:
+    """The engine as one table step sees it: everything shared, except the Spark session."""
+
+    def __init__(self, engine: "Engine", spark: SparkSession):
+        self._engine = engine
+        self.spark = spark
+
+    def __getattr__(self, name: str):
+        return getattr(self._engine, name)
+
+    def output_frame(self, table: "Table", inputs: dict[str, InputRange], side: str) -> DataFrame:
+        return output_frame(self.spark, table, inputs, side)
+
+
+def output_frame(spark: SparkSession, table: "Table", inputs: dict[str, InputRange], side: str) -> DataFrame:
+    """A table's SQL run in full over its inputs at the given side's versions."""
+    frames = {
+        placeholder: read_snapshot(
+            spark, inputs[name].path, inputs[name].before if side == "before" else inputs[name].after,
+            inputs[name].schema,
+        )
+        for placeholder, name in table.compiled.placeholders.items()
+    }
+    return spark.sql(table.compiled.recompute_sql, **frames)
 
 
 @dataclass
@@ -62,8 +93,10 @@ class Engine:
         storage_options: dict[str, str] | None = None,
         strict: bool = False,
         broadcast_rows: int = 200_000,
+        parallelism: int = 2,
     ):
         self.spark = spark
+        self.parallelism = parallelism
         self.warehouse = Warehouse(warehouse)
         self.storage_options = storage_options
         self.strict = strict
@@ -233,18 +266,38 @@ class Engine:
         names = [n for n in self.tables() if n in wanted]
         epoch = self.epoch(until, names)
         faults.point("after_remap")
-        return [protocol.run(self, self.table(name), epoch, full_refresh=full_refresh) for name in names]
+        return self._run(names, epoch, full_refresh)
+
+    def _run(self, names: list[str], epoch: Epoch, full_refresh: bool) -> list[Report]:
+        """Apply `epoch` to `names`, each table as soon as the tables it reads are done, up to
+        `parallelism` at a time (each in its own child session, whose settings are its own). After
+        a failure no new table starts; the first error is raised once the running ones finish."""
+        if self.parallelism <= 1 or len(names) == 1 or _is_connect(self.spark):
+            return [protocol.run(self, self.table(name), epoch, full_refresh=full_refresh) for name in names]
+        reports: dict[str, Report] = {}
+        pending, running, errors = list(names), {}, []
+        with ThreadPoolExecutor(max_workers=self.parallelism, thread_name_prefix="epochal") as pool:
+            while (pending and not errors) or running:
+                busy = set(pending) | set(running.values())
+                ready = [n for n in pending if not (set(self.table(n).compiled.inputs) & busy)] if not errors else []
+                for name in ready:
+                    pending.remove(name)
+                    view = _SessionView(self, self.spark.newSession())
+                    running[pool.submit(protocol.run, view, self.table(name), epoch, full_refresh=full_refresh)] = name
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    name = running.pop(future)
+                    if future.exception() is not None:
+                        errors.append(future.exception())
+                    else:
+                        reports[name] = future.result()
+        if errors:
+            raise errors[0]
+        return [reports[name] for name in names]
 
     def output_frame(self, table: Table, inputs: dict[str, InputRange], side: str) -> DataFrame:
         """The table's SQL run in full over its inputs at the given side's versions."""
-        frames = {
-            placeholder: read_snapshot(
-                self.spark, inputs[name].path, inputs[name].before if side == "before" else inputs[name].after,
-                inputs[name].schema,
-            )
-            for placeholder, name in table.compiled.placeholders.items()
-        }
-        return self.spark.sql(table.compiled.recompute_sql, **frames)
+        return output_frame(self.spark, table, inputs, side)
 
     def read(self, name: str) -> DataFrame:
         """The table's visible rows as of its last committed epoch."""

@@ -29,8 +29,14 @@ MATERIALIZE_SOURCE = "spark.databricks.delta.merge.materializeSource"
 OP = "__op"
 
 # MERGE honours idempotent-write identities only through session confs; they are session-wide,
-# so writes of one process take turns.
-_session_conf_lock = threading.RLock()
+# so writes through one session take turns (table steps run in parallel use child sessions).
+_locks: dict[int, threading.RLock] = {}
+_locks_guard = threading.Lock()
+
+
+def _session_lock(spark: SparkSession) -> threading.RLock:
+    with _locks_guard:
+        return _locks.setdefault(id(spark), threading.RLock())
 
 
 def commit_tag(table: str, seq: int, epoch: str, what: str) -> str:
@@ -43,7 +49,7 @@ def write_identity(spark: SparkSession, app_id: str, seq: int, tag: str):
     materialization (our MERGE sources are deterministic time-travel reads, so Delta need not copy
     them to guard against them changing between its two passes)."""
     confs = {TXN_APP_ID: app_id, TXN_VERSION: str(seq), USER_METADATA: tag}
-    with _session_conf_lock:
+    with _session_lock(spark):
         for key, value in confs.items():
             spark.conf.set(key, value)
         try:
