@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
+from functools import reduce
 from datetime import datetime
 
 from pyspark.sql import DataFrame
@@ -272,14 +273,9 @@ def _compute_and_write(engine, table, epoch: Epoch, step: Step, began: float) ->
             rows_read = 0
             change, base, full = _rescan_change(engine, table, inputs, ctx)
         change = change.persist()
-        writes = _checked_state_writes(state)
-        totals = change.agg(
-            F.sum(F.when(F.col(WEIGHT) > 0, F.col(WEIGHT)).otherwise(0)).alias("inserted"),
-            F.sum(F.when(F.col(WEIGHT) < 0, -F.col(WEIGHT)).otherwise(0)).alias("deleted"),
-        ).first()
-        inserted, deleted = int(totals["inserted"] or 0), int(totals["deleted"] or 0)
+        inserted, deleted, writes = _figures_and_checks(change, state)
         phases.mark("compute")
-        output_version = _write_output(engine, table, step, change, base, full, inserted or deleted)
+        output_version = _write_output(engine, table, step, change, base, full, inserted, deleted)
         phases.mark("write output")
         faults.point("after_output_merge", table.name)
         state_versions = _write_states(engine, table, step, state, writes)
@@ -321,32 +317,38 @@ def _rescan_change(engine, table, inputs, ctx: Context | None):
     return consolidate(plus.unionByName(minus)), current, None
 
 
-def _checked_state_writes(state: StateStore) -> list:
-    """Run each queued merge's checks (one job each, on frames already persisted) before anything
-    is written, so an inconsistency leaves nothing half-written; drop merges with no rows."""
-    kept = []
-    for write in state.writes:
-        if write.mode != "merge":
-            kept.append(write)
-            continue
-        figures = write.frame.agg(
-            F.count(F.lit(1)).alias("rows"),
-            *[F.sum(F.when(F.expr(condition), 1).otherwise(0)).alias(f"bad{i}")
+def _figures_and_checks(change: DataFrame, state: StateStore) -> tuple[int, int, list]:
+    """One Spark job for the change's inserted and deleted row counts and every queued state
+    merge's row count and consistency checks. The checks run before anything is written, so an
+    inconsistency leaves nothing half-written; merges with no rows are dropped."""
+    weight = F.col(WEIGHT)
+    parts = [change.agg(
+        F.sum(F.when(weight > 0, weight).otherwise(0)).alias("inserted"),
+        F.sum(F.when(weight < 0, -weight).otherwise(0)).alias("deleted"),
+    )]
+    merges = [write for write in state.writes if write.mode == "merge"]
+    for n, write in enumerate(merges):
+        parts.append(write.frame.agg(
+            F.count(F.lit(1)).alias(f"rows{n}"),
+            *[F.sum(F.when(F.expr(condition), 1).otherwise(0)).alias(f"bad{n}_{i}")
               for i, (_, condition) in enumerate(write.checks)],
-        ).first()
+        ))
+    figures = reduce(lambda a, b: a.crossJoin(b), parts).first()
+    for n, write in enumerate(merges):
         for i, (problem, _) in enumerate(write.checks):
-            if figures[f"bad{i}"]:
+            if figures[f"bad{n}_{i}"]:
                 raise StateInconsistent(problem)
-        if figures["rows"]:
-            kept.append(write)
-    return kept
+    empty = {id(write) for n, write in enumerate(merges) if not figures[f"rows{n}"]}
+    kept = [write for write in state.writes if id(write) not in empty]
+    return int(figures["inserted"] or 0), int(figures["deleted"] or 0), kept
 
 
 def _tag(table, step: Step, what: str) -> str:
     return commit_tag(table.name, step.seq, step.epoch, what)
 
 
-def _write_output(engine, table, step: Step, change: DataFrame, base: DataFrame, full, changed: bool) -> int:
+def _write_output(engine, table, step: Step, change: DataFrame, base: DataFrame, full, inserted: int,
+                  deleted: int) -> int:
     spark = engine.spark
     columns = [f.name for f in table.schema.fields]
     log = DeltaLog.open(table.path, engine.storage_options)
@@ -354,13 +356,13 @@ def _write_output(engine, table, step: Step, change: DataFrame, base: DataFrame,
     app, tag = f"epochal/{table.name}", _tag(table, step, "output")
     if full is not None:
         writer(full, app, step.seq, tag).mode("overwrite").option("overwriteSchema", "true").save(table.path)
-    elif changed:
+    elif inserted or deleted:
         identity = write_identity(spark, app, step.seq, tag)
         if table.key is not None and step.technique == INCREMENTAL:
             apply_keyed(spark, table.path, change, columns, [columns[i] for i in table.key], identity)
         else:
             apply_multiset(spark, table.path, change, columns, base, identity,
-                           lambda frame: writer(frame, app, step.seq, tag))
+                           lambda frame: writer(frame, app, step.seq, tag), has_deletes=deleted > 0)
     written = version_written(table.path, table.name, step.seq, "output", previous + 1, engine.storage_options)
     return written if written is not None else max(previous, step.output_version)
 
@@ -372,8 +374,7 @@ def _write_states(engine, table, step: Step, state: StateStore, writes: list) ->
         log = DeltaLog.open(path, engine.storage_options)
         since = log.version + 1 if log is not None else 0
         app, tag = f"epochal/{table.name}/{write.name}", _tag(table, step, write.name)
-        write_state(engine.spark, path, write, write_identity(engine.spark, app, step.seq, tag),
-                    lambda frame, a=app, t=tag: writer(frame, a, step.seq, t))
+        write_state(engine.spark, state, write, step.seq, lambda frame, a=app, t=tag: writer(frame, a, step.seq, t))
         found = version_written(path, table.name, step.seq, write.name, since, engine.storage_options)
         versions[write.name] = found if found is not None else state.versions.get(write.name, since - 1)
         faults.point("after_state_merge", table.name)

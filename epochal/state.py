@@ -1,4 +1,11 @@
-"""State tables: Delta tables under <root>/_epochal/tables/<table>/state/<name>.
+"""State tables: Delta tables under <root>/_epochal/tables/<table>/state/<name>, log-structured.
+
+A state table holds rows keyed by the operator's keys (a group, a distinct row). An epoch does not
+MERGE its changed rows in place: it appends them, each tagged with the step's `seq` (and a delete
+flag for rows that left), and a reader takes, per key, the row with the highest `seq`. An append
+writes only the changed rows, where a MERGE would rewrite every file holding one of them; every
+COMPACT_AFTER appends the epoch writes the compacted table instead (an overwrite), so reads stay
+proportional to the state.
 
 Rules read state as of the version the ledger recorded for the previous epoch (time travel), never
 "whatever is there now", so a step interrupted after some of its writes recomputes the same change
@@ -10,12 +17,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
 
+from .changes import null_safe_on, quoted
 from .deltalog import DeltaLog
 from .errors import EpochError
 
 DELETE_FLAG = "__delete"
+SEQ = "__seq"
+COMPACT_AFTER = 8  # appends between two compactions
 
 
 class StateMissing(EpochError):
@@ -34,6 +45,16 @@ class StateWrite:
     checks: tuple[tuple[str, str], ...] = ()
 
 
+def latest(raw: DataFrame, keys: list[str]) -> DataFrame:
+    """Per key, the row of the highest seq; keys whose latest row is a deletion are gone."""
+    columns = [c for c in raw.columns if c not in (SEQ, DELETE_FLAG)]
+    ranked = raw.withColumn(
+        "__rank",
+        F.row_number().over(Window.partitionBy(*[F.col(quoted(k)) for k in keys]).orderBy(F.col(SEQ).desc())),
+    )
+    return ranked.filter((F.col("__rank") == 1) & ~F.col(DELETE_FLAG)).select(*[F.col(quoted(c)) for c in columns])
+
+
 @dataclass
 class StateStore:
     spark: SparkSession
@@ -45,16 +66,34 @@ class StateStore:
     def path(self, name: str) -> str:
         return f"{self.root}/{name}"
 
-    def read(self, name: str) -> DataFrame:
+    def read(self, name: str, keys: list[str], restrict: DataFrame | None = None) -> DataFrame:
+        """The state as of the previous epoch; with `restrict` (a frame with the key columns),
+        only the keys it holds, selected before the per-key reduction so a large state is not
+        reduced in full for a small change."""
         version = self.versions.get(name)
         if version is None:
             raise StateMissing(f"state table {name} has no version recorded in the ledger")
         if DeltaLog.open(self.path(name), self.storage_options) is None:
             raise StateMissing(f"state table {self.path(name)} is missing")
-        return self.spark.read.format("delta").option("versionAsOf", version).load(self.path(name))
+        raw = self.spark.read.format("delta").option("versionAsOf", version).load(self.path(name))
+        if restrict is not None and keys:
+            wanted = restrict.select(*[F.col(quoted(k)).alias(f"__r_{k}") for k in keys]).distinct()
+            raw = raw.join(wanted, null_safe_on(raw, wanted, [(k, f"__r_{k}") for k in keys]), "left_semi")
+        return latest(raw, keys)
 
     def merge(self, name: str, frame: DataFrame, keys: tuple[str, ...], checks=()) -> None:
         self.writes.append(StateWrite(name, frame, keys, "merge", tuple(checks)))
 
-    def overwrite(self, name: str, frame: DataFrame) -> None:
-        self.writes.append(StateWrite(name, frame, (), "overwrite"))
+    def overwrite(self, name: str, frame: DataFrame, keys: tuple[str, ...] = ()) -> None:
+        self.writes.append(StateWrite(name, frame, keys, "overwrite"))
+
+    def appends_since_compaction(self, name: str) -> int:
+        log = DeltaLog.open(self.path(name), self.storage_options)
+        if log is None:
+            return 0
+        count = 0
+        for commit in reversed(log.commits(max(0, log.version - COMPACT_AFTER - 1))):
+            if commit.operation != "WRITE" or str(commit.parameters.get("mode", "")).lower() != "append":
+                break
+            count += 1
+        return count

@@ -20,7 +20,7 @@ from .changes import quoted, null_safe_on
 from .deltalog import DeltaLog
 from .errors import StateInconsistent
 from .graph import WEIGHT
-from .state import DELETE_FLAG, StateWrite
+from .state import COMPACT_AFTER, DELETE_FLAG, SEQ, StateStore, StateWrite, latest
 
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
@@ -125,7 +125,7 @@ def apply_keyed(spark, path: str, change: DataFrame, columns: list[str], key: li
 
 
 def apply_multiset(spark, path: str, change: DataFrame, columns: list[str], base: DataFrame, identity,
-                   append_writer) -> None:
+                   append_writer, has_deletes: bool = True) -> None:
     """Apply a change to a table that may hold duplicate rows: a row whose multiplicity drops from
     n to m is deleted (one delete-marker source row matches all its copies) and m copies are
     inserted (insert rows never match). Inserts alone are a plain append."""
@@ -133,7 +133,7 @@ def apply_multiset(spark, path: str, change: DataFrame, columns: list[str], base
 
     plus = change.filter(F.col(WEIGHT) > 0)
     minus = change.filter(F.col(WEIGHT) < 0)
-    if minus.isEmpty():
+    if not has_deletes:
         copies = plus.select(*[F.col(quoted(c)) for c in columns], F.explode(F.sequence(F.lit(1), F.col(WEIGHT))).alias("__copy"))
         append_writer(copies.drop("__copy")).mode("append").save(path)
         return
@@ -165,25 +165,20 @@ def apply_multiset(spark, path: str, change: DataFrame, columns: list[str], base
     minus.unpersist()
 
 
-def write_state(spark, path: str, write: StateWrite, identity, state_writer) -> None:
-    from delta.tables import DeltaTable
-
-    if write.mode == "overwrite" or DeltaLog.open(path) is None:
-        frame = write.frame
-        if DELETE_FLAG in frame.columns:
-            frame = frame.filter(~F.col(DELETE_FLAG)).drop(DELETE_FLAG)
-        state_writer(frame).mode("overwrite").option("overwriteSchema", "true").save(path)
-        return
-    columns = [c for c in write.frame.columns if c != DELETE_FLAG]
-    values = {quoted(c): F.col(f"s.{quoted(c)}") for c in columns}
-    updates = {quoted(c): F.col(f"s.{quoted(c)}") for c in columns if c not in write.keys}
-    merge = (
-        DeltaTable.forPath(spark, path).alias("t")
-        .merge(write.frame.alias("s"), _merge_condition(list(write.keys)))
-        .whenMatchedDelete(condition=f"s.{DELETE_FLAG}")
-    )
-    if updates:
-        merge = merge.whenMatchedUpdate(set=updates)
-    merge = merge.whenNotMatchedInsert(condition=f"NOT s.{DELETE_FLAG}", values=values)
-    with identity:
-        merge.execute()
+def write_state(spark, store: StateStore, write: StateWrite, seq: int, state_writer) -> None:
+    """Append the write's rows tagged with `seq` (log-structured state, see state.py); replace the
+    table for a rebuild, or with its compacted contents once enough appends have piled up."""
+    path = store.path(write.name)
+    frame = write.frame
+    if DELETE_FLAG not in frame.columns:
+        frame = frame.withColumn(DELETE_FLAG, F.lit(False))
+    rows = frame.withColumn(SEQ, F.lit(seq).cast(LongType()))
+    if write.mode == "overwrite" or DeltaLog.open(path, store.storage_options) is None:
+        state_writer(rows.filter(~F.col(DELETE_FLAG))).mode("overwrite").option("overwriteSchema", "true").save(path)
+    elif store.appends_since_compaction(write.name) >= COMPACT_AFTER:
+        earlier = spark.read.format("delta").option("versionAsOf", store.versions[write.name]).load(path)
+        compacted = latest(earlier.unionByName(rows), list(write.keys))
+        compacted = compacted.withColumn(DELETE_FLAG, F.lit(False)).withColumn(SEQ, F.lit(seq).cast(LongType()))
+        state_writer(compacted).mode("overwrite").save(path)
+    else:
+        state_writer(rows).mode("append").save(path)

@@ -142,10 +142,11 @@ class AggregateRule(Rule):
 
     def build_state(self, node: Aggregate, ctx) -> None:
         name = ctx.state_name(node)
-        ctx.state.overwrite(name, self._full_state(node, ctx, NEW))
+        ctx.state.overwrite(name, self._full_state(node, ctx, NEW), node.keys)
         for agg in node.aggs:
             if agg.distinct:
-                ctx.state.overwrite(f"{name}_{agg.name}", self._full_use_counts(node, ctx, agg, NEW))
+                ctx.state.overwrite(f"{name}_{agg.name}", self._full_use_counts(node, ctx, agg, NEW),
+                                    node.keys + (agg.arg,))
 
     # ---- incremental -----------------------------------------------------------------------
     def _grouped_change(self, node: Aggregate, ctx, change: DataFrame) -> DataFrame:
@@ -178,7 +179,7 @@ class AggregateRule(Rule):
             .filter(F.col("__d") != 0)
         )
         name = f"{ctx.state_name(node)}_{agg.name}"
-        old = ctx.state.read(name)
+        old = ctx.state.read(name, keys + [agg.arg], restrict=counted)
         old = old.select(*[c(x).alias("o__" + x) for x in old.columns])
         joined = counted.join(
             old, null_safe_on(counted, old, [(x, "o__" + x) for x in keys + [agg.arg]]), "left"
@@ -215,7 +216,7 @@ class AggregateRule(Rule):
                 renamed = per_group.select(*[c(k).alias("g__" + k) for k in keys], c(f"{agg.name}__dn"))
                 grouped = grouped.join(renamed, null_safe_on(grouped, renamed, [(k, "g__" + k) for k in keys]), "left")
                 grouped = grouped.drop(*["g__" + k for k in keys])
-        old = ctx.state.read(ctx.state_name(node))
+        old = ctx.state.read(ctx.state_name(node), keys, restrict=grouped)
         old = old.select(*[c(x).alias("o__" + x) for x in old.columns])
         joined = grouped.join(old, null_safe_on(grouped, old, [(k, "o__" + k) for k in keys]), "left")
 
@@ -322,9 +323,9 @@ class AggregateRule(Rule):
         if ctx.rescan:
             state = self._full_state(node, ctx, side)
         elif side == OLD or not ctx.changed(node):
-            state = ctx.state.read(ctx.state_name(node))
+            state = ctx.state.read(ctx.state_name(node), keys)
         else:
-            old = ctx.state.read(ctx.state_name(node))
+            old = ctx.state.read(ctx.state_name(node), keys)
             touched = self._touched(node, ctx)
             state_columns = [COUNT] + [s for a in node.aggs for s in _state_columns(a)]
             fresh = touched.filter((c("n__" + COUNT) > 0) | F.lit(not keys)).select(

@@ -38,7 +38,7 @@ class IntegrateRule(Rule):
         def compute():
             columns = list(node.columns)
             change = consolidate(ctx.delta(node.input))
-            old = ctx.state.read(ctx.state_name(node))
+            old = ctx.state.read(ctx.state_name(node), columns, restrict=change)
             old = old.select(*[F.col(quoted(c)).alias("o__" + c) for c in columns], F.col(COUNT).alias("o__count"))
             joined = change.join(old, null_safe_on(change, old, [(c, "o__" + c) for c in columns]), "left")
             counts = joined.select(
@@ -60,7 +60,7 @@ class IntegrateRule(Rule):
         if ctx.rescan:
             return ctx.snapshot(node.input, side).groupBy(*[F.col(quoted(c)) for c in node.columns]).agg(
                 F.count(F.lit(1)).alias(COUNT))
-        old = ctx.state.read(ctx.state_name(node))
+        old = ctx.state.read(ctx.state_name(node), list(node.columns))
         if side == OLD or not ctx.changed(node):
             return old
         counts = self._counts(node, ctx)
@@ -75,4 +75,4 @@ class IntegrateRule(Rule):
         return _expanded(self._state(node, ctx, side), node.columns)
 
     def build_state(self, node: Integrate, ctx) -> None:
-        ctx.state.overwrite(ctx.state_name(node), self._state(node, ctx, NEW))
+        ctx.state.overwrite(ctx.state_name(node), self._state(node, ctx, NEW), tuple(node.columns))
