@@ -45,3 +45,13 @@ def copy_tpch(tpch_load):
         return destination
 
     return copy
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Figures the tests gathered (per-query techniques and timings), shown after every run."""
+    from tests.support import SUMMARIES
+
+    for text in SUMMARIES:
+        terminalreporter.write_line("")
+        for line in text.splitlines():
+            terminalreporter.write_line(line)

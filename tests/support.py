@@ -67,3 +67,6 @@ class SyntheticSource:
 
     def rows(self) -> list[tuple]:
         return [tuple(row) for row in self.spark.read.format("delta").load(self.path).collect()]
+
+
+SUMMARIES: list[str] = []  # figures tests want shown after the run (see conftest.pytest_terminal_summary)
