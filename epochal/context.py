@@ -79,13 +79,22 @@ class Context:
         unchanged, so the join terms and aggregates above it are never planned."""
         for node in walk(self.plan):
             if isinstance(node, Scan) and self.changed(node):
-                batch = self.rule_for(node).delta(node, self).persist()
-                self.persisted.append(batch)
+                batch = self.materialize(self.rule_for(node).delta(node, self))
                 rows = batch.count()
                 self.rows_read += rows
                 self._deltas[id(node)] = batch if rows else None
                 self._changed[id(node)] = bool(rows)
         return self.rows_read
+
+    def materialize(self, frame: DataFrame) -> DataFrame:
+        """Compute `frame` now and cut its lineage (a local checkpoint): what reads it later plans
+        against the result, not against the whole subplan again. Without these cuts a join term
+        over an aggregate over a join repeats every subplan below it, and plans grow into
+        megabytes that take Catalyst seconds to optimize. Only change-sized frames are
+        materialized; released when the step ends."""
+        done = frame.localCheckpoint(eager=True)
+        self.persisted.append(done)
+        return done
 
     def unpersist(self) -> None:
         for frame in self.persisted:
@@ -104,7 +113,11 @@ class Context:
     def delta(self, node: Node) -> DataFrame | None:
         """The node's consolidated-or-not change batch; None when nothing below it changed."""
         if id(node) not in self._deltas:
-            self._deltas[id(node)] = self.rule_for(node).delta(node, self) if self.changed(node) else None
+            rule = self.rule_for(node)
+            change = rule.delta(node, self) if self.changed(node) else None
+            if change is not None and rule.materialize_delta:
+                change = self.materialize(change)
+            self._deltas[id(node)] = change
         return self._deltas[id(node)]
 
     def snapshot(self, node: Node, side: str) -> DataFrame:

@@ -77,6 +77,8 @@ def delta_spark_session(settings: SparkSettings | None = None):
         # Delta replays its log with this many tasks; the default (50) is sized for clusters.
         .config("spark.databricks.delta.snapshotPartitions", "2")
         .config("spark.sql.adaptive.enabled", "true")
+        # an incremental plan can be large; never build multi-megabyte plan strings for the UI
+        .config("spark.sql.maxPlanStringLength", "100000")
         .config("spark.driver.extraJavaOptions", "-Dlog4j2.level=WARN")
     )
     for key, value in settings.extra_conf.items():

@@ -191,8 +191,7 @@ class AggregateRule(Rule):
             after.alias(COUNT),
             (F.when((before <= 0) & (after > 0), 1).when((before > 0) & (after <= 0), -1).otherwise(0)).alias("__t"),
         )
-        transitions = transitions.persist()
-        ctx.persisted.append(transitions)
+        transitions = ctx.materialize(transitions)
         ctx.state.merge(
             name,
             transitions.select(*[c(x) for x in keys + [agg.arg]], c(COUNT), (c(COUNT) <= 0).alias(DELETE_FLAG)),
@@ -243,9 +242,7 @@ class AggregateRule(Rule):
                 new.append(value.cast(self._state_type(node, ctx, agg, column)).alias("n__" + column))
         old_columns = [c("o__" + x) for x in [COUNT] + [s for a in node.aggs for s in _state_columns(a)]]
         touched = joined.select(*new, *old_columns, c("__neg"), *[c(f"{a.name}__neg") for a in node.aggs if a.func in ("min", "max")])
-        touched = self._recompute(node, ctx, touched).persist()
-        ctx.persisted.append(touched)
-        return touched
+        return ctx.materialize(self._recompute(node, ctx, touched))
 
     def _state_type(self, node, ctx, agg: AggCall, column: str) -> DataType:
         if column.endswith("__n"):

@@ -15,6 +15,7 @@ class Rule:
     operator: type = Node
     rule: str = ""  # the delta rule, for explain
     state: str = "none"  # the state kept, for explain
+    materialize_delta: bool = False  # compute the change batch once and cut its lineage (context.py)
 
     def stateful(self, node: Node) -> bool:
         return False

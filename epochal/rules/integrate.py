@@ -44,8 +44,8 @@ class IntegrateRule(Rule):
             counts = joined.select(
                 *[F.col(quoted(c)) for c in columns],
                 (F.coalesce(F.col("o__count"), F.lit(0).cast(LongType())) + F.col(WEIGHT)).alias(COUNT),
-            ).persist()
-            ctx.persisted.append(counts)
+            )
+            counts = ctx.materialize(counts)
             ctx.state.merge(
                 ctx.state_name(node),
                 counts.select(*[F.col(quoted(c)) for c in columns], F.col(COUNT), (F.col(COUNT) <= 0).alias(DELETE_FLAG)),

@@ -32,9 +32,7 @@ def affected_keys(ctx, sides: Sides) -> DataFrame | None:
     ]
     if not frames:
         return None
-    keys = union_all(frames).distinct().persist()
-    ctx.persisted.append(keys)
-    return keys
+    return ctx.materialize(union_all(frames).distinct())
 
 
 def restrict_to(frame: DataFrame, keys: DataFrame, columns: list[str]) -> DataFrame:

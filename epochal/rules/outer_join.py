@@ -20,6 +20,7 @@ def condition(node) -> exp.Expression:
 
 class OuterJoinRule(Rule):
     operator = OuterJoin
+    materialize_delta = True
     rule = "affected-key recompute: for keys in dL or dR, join(new_L[k], new_R[k]) - join(old_L[k], old_R[k])"
     state = "none (both sides read by Delta time travel, restricted to the affected keys)"
 

@@ -18,6 +18,7 @@ from .outer_join import condition
 
 class SemiJoinRule(Rule):
     operator = SemiJoin
+    materialize_delta = True
     rule = "affected-key recompute on the correlation keys: L[k] ⋉ R[k] (new) - (old)"
     state = "none (both sides read by Delta time travel, restricted to the affected keys)"
 

@@ -13,6 +13,7 @@ from .keyed import keyed_recompute
 
 class SetOperationRule(Rule):
     operator = SetOperation
+    materialize_delta = True
     rule = "affected-row recompute: op(new_L[r], new_R[r]) - op(old_L[r], old_R[r]) for changed rows r"
     state = "none"
 

@@ -28,6 +28,7 @@ def ordering(node: TopK) -> list:
 
 class TopKRule(Rule):
     operator = TopK
+    materialize_delta = True
     rule = "topk(new input) - topk(old input), both read from the maintained input"
     state = "none beyond the input's"
 

@@ -13,6 +13,7 @@ from .keyed import keyed_recompute
 
 class WindowRule(Rule):
     operator = Window
+    materialize_delta = True
     rule = "affected-partition recompute: window(new[p]) - window(old[p]) for touched partitions p"
     state = "none"
 
