@@ -19,7 +19,7 @@ from sqlglot.tokens import TokenType
 from sqlglot.optimizer.qualify import qualify
 
 from .errors import DefinitionError, Unsupported
-from .fingerprint import fingerprint
+from .fingerprint import fingerprint, output_aliases
 from .graph import Node
 from .optimize import optimize
 from .plan import Planner, TableInfo
@@ -213,24 +213,24 @@ def _qualify(name: str, tree: exp.Expression, schemas: dict[str, dict[str, str]]
 
 
 def compile_definition(
-    name: str, sql: str, tables: dict[str, TableInfo], schemas: dict[str, dict[str, str]]
+    name: str, sql: str, tables: dict[str, TableInfo], schemas: dict[str, dict[str, str]], rewrites=None,
 ) -> Compiled:
     """`tables`: every known table's kind and columns; `schemas`: their column types (Spark type
-    strings), keyed by table name."""
+    strings), keyed by table name; `rewrites`: the optimizer passes to apply (default: all)."""
     tree = parse(name, sql)
     check_deterministic(name, tree)
     inputs = resolve_inputs(name, tree, tables)
     qualified = _qualify(name, tree, {t.lower(): {c.lower(): ty for c, ty in cols.items()} for t, cols in schemas.items()})
     text, placeholders = recompute_text(sql, tree, inputs, len(qualified.selects))
     compiled = dict(
-        name=name, sql=sql, tree=qualified, inputs=inputs, fingerprint=fingerprint(qualified),
+        name=name, sql=sql, tree=qualified, inputs=inputs, fingerprint=fingerprint(qualified, output_aliases(tree)),
         recompute_sql=text, placeholders=placeholders,
     )
     try:
         naive = Planner({t: tables[t] for t in inputs}).query(qualified, top=True).node
     except Unsupported as unsupported:
         return Compiled(**compiled, blocker=unsupported.construct)
-    plan, passes = optimize(naive)
+    plan, passes = optimize(naive) if rewrites is None else optimize(naive, rewrites)
     from .rules import blocker  # the rules need Spark; the rest of compiling does not
 
     missing = blocker(plan)

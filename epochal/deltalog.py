@@ -72,3 +72,94 @@ class DeltaLog:
 
     def properties(self) -> dict[str, str]:
         return dict(self._table.metadata().configuration)
+
+
+@dataclass(frozen=True)
+class CommitActions:
+    """One commit as its log entry holds it: what the history does not say (the files it added,
+    removed and wrote change data to; a schema or property change), read for the rescan triggers."""
+
+    version: int
+    info: dict  # commitInfo: operation, operationParameters, operationMetrics
+    metadata: dict | None  # the metaData action, when the commit changed schema or properties
+    added: tuple[str, ...]
+    removed: tuple[str, ...]
+    cdc: tuple[str, ...]
+
+    @property
+    def operation(self) -> str:
+        return str(self.info.get("operation", ""))
+
+    @property
+    def parameters(self) -> dict:
+        parameters = self.info.get("operationParameters") or {}
+        return parameters if isinstance(parameters, dict) else {}
+
+    @property
+    def metrics(self) -> dict:
+        metrics = self.info.get("operationMetrics") or {}
+        return metrics if isinstance(metrics, dict) else {}
+
+
+def _relative(path: str) -> str | None:
+    """A data file's path relative to the table root (log paths are URI-encoded); None for an
+    absolute path (a shallow clone's), which the table's own storage cannot check."""
+    from urllib.parse import unquote
+
+    if "://" in path or path.startswith("/") or path.startswith("file:"):
+        return None
+    return unquote(path)
+
+
+class TableFiles:
+    """A table's storage as delta-rs sees it (same storage options), for reading log entries and
+    checking that data files still exist, without Spark."""
+
+    def __init__(self, uri: str, storage_options: dict[str, str] | None = None):
+        import pyarrow.fs as pafs
+        from deltalake.fs import DeltaStorageHandler
+
+        self.uri = uri
+        self._fs = pafs.PyFileSystem(DeltaStorageHandler(uri, storage_options))
+
+    def commit(self, version: int) -> CommitActions | None:
+        """The log entry of `version`; None when it no longer exists (log retention)."""
+        import pyarrow.fs as pafs
+
+        name = f"_delta_log/{version:020d}.json"
+        if self._fs.get_file_info(name).type == pafs.FileType.NotFound:
+            return None
+        with self._fs.open_input_stream(name) as stream:
+            lines = stream.read().decode("utf-8").splitlines()
+        info, metadata, added, removed, cdc = {}, None, [], [], []
+        for line in lines:
+            if not line.strip():
+                continue
+            action = json.loads(line)
+            if "commitInfo" in action:
+                info = action["commitInfo"]
+            elif "metaData" in action:
+                metadata = action["metaData"]
+            elif "add" in action:
+                added.append(action["add"]["path"])
+            elif "remove" in action:
+                removed.append(action["remove"]["path"])
+            elif "cdc" in action:
+                cdc.append(action["cdc"]["path"])
+        return CommitActions(version, info, metadata, tuple(added), tuple(removed), tuple(cdc))
+
+    def missing(self, paths) -> list[str]:
+        """The paths (as the log writes them) whose files are gone."""
+        import pyarrow.fs as pafs
+
+        relative = {p: _relative(p) for p in dict.fromkeys(paths)}
+        checkable = [r for r in relative.values() if r is not None]
+        if not checkable:
+            return []
+        gone = {i.path for i in self._fs.get_file_info(checkable) if i.type == pafs.FileType.NotFound}
+        return [p for p, r in relative.items() if r is not None and r in gone]
+
+
+def table_at(uri: str, version: int, storage_options: dict[str, str] | None = None) -> DeltaTable:
+    """delta-rs's table as of `version` (schema, properties, files, row count from statistics)."""
+    return DeltaTable(uri, version=version, storage_options=storage_options)

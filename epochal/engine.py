@@ -18,6 +18,7 @@ import uuid
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Sequence
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
@@ -31,10 +32,14 @@ from .context import InputRange
 from .deltalog import DeltaLog
 from .epoch import Report
 from .errors import DefinitionError, EpochalError
+from .invalidation import Invalidation
+from .invalidation import compute as compute_invalidation
 from .keys import output_key
 from .ledger import Ledger, Step
 from .plan import TableInfo
+from .optimize import passes_named
 from .reclock import Epoch, Remap, Source
+from .rescan import Triggers
 from .warehouse import Warehouse, check_name
 
 DELTA_FORBIDDEN = re.compile(r"[ ,;{}()\n\t=]")
@@ -94,8 +99,16 @@ class Engine:
         strict: bool = False,
         broadcast_rows: int = 200_000,
         parallelism: int = 2,
+        rescan_fraction: float | None = None,
+        passes: Sequence[str] | None = None,
     ):
+        """`rescan_fraction`: rescan (reason COST) when an epoch changes more than this fraction
+        of a table's input rows (None: never for cost). `passes`: the optimizer passes to apply
+        (names from epochal.optimize.PASSES; None: all, (): the naive plan), to compare plans."""
         self.spark = spark
+        self.triggers = Triggers(rescan_fraction)
+        self.passes = passes_named(passes)
+        self.invalidation = Invalidation()
         self.parallelism = parallelism
         self.warehouse = Warehouse(warehouse)
         self.storage_options = storage_options
@@ -131,7 +144,7 @@ class Engine:
         known = {n: TableInfo("source", tuple(f.name for f in self.schema_of(n).fields)) for n in self.sources}
         known.update({n: TableInfo("derived", tuple(f.name for f in t.schema.fields)) for n, t in self._tables.items() if n != name})
         schemas = {n: {f.name: f.dataType.simpleString() for f in self.schema_of(n).fields} for n in known}
-        compiled = compile_definition(name, sql, known, schemas)
+        compiled = compile_definition(name, sql, known, schemas, self.passes)
         self._check_cycle(name, compiled.inputs)
         schema = self._analyze(name, compiled)
         table = Table(
@@ -145,6 +158,7 @@ class Engine:
             strict=self.strict if strict is None else strict,
         )
         self._tables[name] = table
+        self.invalidation = compute_invalidation(self, self.invalidation, name)
         return table
 
     def define_all(self, definitions: dict[str, str]) -> list[Table]:

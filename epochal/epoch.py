@@ -26,7 +26,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType
 
 from .changes import consolidate, quoted, read_snapshot
-from . import faults
+from . import faults, rescan
 from .context import Context, InputRange
 from .deltalog import DeltaLog
 from .errors import EpochError, StateInconsistent, StrictModeError
@@ -119,7 +119,8 @@ def input_ranges(engine, table, last: Step | None, epoch: Epoch) -> dict[str, In
     return ranges
 
 
-def _decide(table, last: Step | None, inputs: dict[str, InputRange], full_refresh: bool) -> tuple[str, str]:
+def _decide(table, last: Step | None, inputs: dict[str, InputRange], full_refresh: bool,
+            engine=None) -> tuple[str, str]:
     if last is None:
         return RESCAN, "FIRST_RUN"
     if last.fingerprint != table.compiled.fingerprint:
@@ -130,6 +131,9 @@ def _decide(table, last: Step | None, inputs: dict[str, InputRange], full_refres
         return NOOP, ""
     if table.compiled.plan is None:
         return RESCAN, f"NOT_INCREMENTAL: {table.compiled.blocker}"
+    trigger = rescan.detect(engine, table, last, inputs) if engine is not None else None
+    if trigger is not None:  # CDF_UNAVAILABLE, SOURCE_REWRITTEN, STATE_MISSING or COST
+        return RESCAN, trigger.reason
     return INCREMENTAL, ""
 
 
@@ -158,7 +162,7 @@ def run(engine, table, epoch: Epoch, *, full_refresh: bool = False) -> Report:
         last = ledger.last_committed()
 
     inputs = input_ranges(engine, table, last, epoch)
-    technique, reason = _decide(table, last, inputs, full_refresh)
+    technique, reason = _decide(table, last, inputs, full_refresh, engine)
     if technique == RESCAN and table.strict and reason != "FIRST_RUN":
         raise StrictModeError(
             f"table {table.name!r} is strict and would need a rescan ({reason}) at epoch {epoch.key}; "
@@ -176,6 +180,7 @@ def run(engine, table, epoch: Epoch, *, full_refresh: bool = False) -> Report:
         output_version=last.output_version if last else -1,
         state_versions=dict(last.state_versions) if last else {},
         run_id=engine.run_id,
+        detail={"plan": rescan.plan_signature(table.compiled.plan)},
     )
     if technique == NOOP:
         step.status = COMMITTED

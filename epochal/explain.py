@@ -1,12 +1,14 @@
 """`Engine.explain`: how a table is maintained, in plain text.
 
 The naive graph and the optimized one (with the passes that changed it), each operator's delta
-rule and state, the output key the MERGE uses, and when the table falls back to a rescan.
+rule and state, the output key the MERGE uses, what is decided at run time, the rescan triggers
+per input, and the invalidation sets (seed 001) of the table's sources, computed when the
+definitions loaded.
 """
 
 from __future__ import annotations
 
-from .graph import render, walk
+from .graph import Join, render
 from .rules import rule_for
 
 
@@ -14,6 +16,8 @@ def _operators(plan) -> list[str]:
     lines = []
     for number, node in enumerate(_numbered(plan), start=1):
         rule, state = rule_for(node).explain(node)
+        if isinstance(node, Join) and node.restrict:
+            rule += "; co-generators read only for the change batch's key ranges (Delta skips other files)"
         lines.append(f"  #{number} {node.kind}: {rule}")
         lines.append(f"      state: {state}")
     return lines
@@ -33,6 +37,58 @@ def _numbered(plan):
 
     visit(plan)
     return order
+
+
+def _triggers(engine, table) -> list[str]:
+    from .rescan import read_columns, stateful_nodes
+
+    compiled = table.compiled
+    out = ["rescan triggers:",
+           "  FIRST_RUN before the first epoch; QUERY_CHANGED when the fingerprint changes; "
+           "REQUESTED on a full refresh"]
+    if compiled.plan is None:
+        out.append(f"  NOT_INCREMENTAL: {compiled.blocker} (every epoch with input changes rescans)")
+    reads = read_columns(table)
+    for name in compiled.inputs:
+        kind = "source" if name in engine.sources else "derived"
+        columns = reads.get(name)
+        shown = "all columns" if columns is None else (", ".join(sorted(columns)) or "no column (row counts)")
+        out.append(f"  {kind} {name} (reads {shown}):")
+        out.append("    CDF_UNAVAILABLE if, for an epoch's versions, its change data feed was off, its log expired, "
+                   "its change or data files were vacuumed, or a column it does not read changed type, was renamed "
+                   "or dropped (Delta reads no change data across that)")
+        out.append("    SOURCE_REWRITTEN if it was overwritten, replaced, truncated, restored or recreated, or a column "
+                   "it reads changed type (a new column is no reason)")
+    if compiled.plan is not None:
+        states = sorted(stateful_nodes(compiled.plan))
+        if states:
+            out.append(f"  STATE_MISSING if a state table ({', '.join(states)}, and their use-count tables) is missing, "
+                       "lacks the version or files the ledger recorded, or was built for another plan of this query")
+        else:
+            out.append("  STATE_MISSING: no state (every operator reads its inputs by time travel)")
+    fraction = getattr(getattr(engine, "triggers", None), "rescan_fraction", None)
+    if fraction is None:
+        out.append("  COST: off (Engine(rescan_fraction=...) rescans when an epoch changes more than that share "
+                   "of the input rows)")
+    else:
+        out.append(f"  COST when an epoch changes more than {fraction:.0%} of the input rows")
+    if table.strict:
+        out.append("  strict: the table fails with the reason instead of rescanning (except on its first run)")
+    return out
+
+
+def _invalidation(engine, table) -> list[str]:
+    sets = getattr(engine, "invalidation", None)
+    if sets is None:
+        return []
+    names = list(dict.fromkeys(engine.leaf_sources(table.name) + [
+        n for n in table.compiled.inputs if n not in engine.sources]))
+    lines = sets.describe_table(table.name, names)
+    if not lines:
+        return []
+    return ["invalidation sets (computed when the definitions loaded; rescanning is per table, and a "
+            "rescanned table writes its difference as an ordinary change, so its readers stay incremental):"] + [
+        "  " + line for line in lines]
 
 
 def explain(engine, table) -> str:
@@ -60,12 +116,15 @@ def explain(engine, table) -> str:
         out.append("")
         out.append("delta rules and state:")
         out.extend(_operators(compiled.plan))
+        out.append("")
+        out.append("at run time:")
+        out.append("  no input has a new version: noop, recorded without a Spark job")
+        out.append("  an input's change batch consolidates to nothing (only columns not read changed): its join "
+                   "terms and the operators above it are skipped")
     out.append("")
-    out.append("rescan triggers:")
-    out.append("  FIRST_RUN before the first epoch; QUERY_CHANGED when the fingerprint changes; "
-               "REQUESTED on a full refresh")
-    if compiled.plan is None:
-        out.append(f"  NOT_INCREMENTAL: {compiled.blocker}")
-    for source in engine.leaf_sources(table.name):
-        out.append(f"  source {source}: its change feed unusable -> this table rescans")
+    out.extend(_triggers(engine, table))
+    invalidation = _invalidation(engine, table)
+    if invalidation:
+        out.append("")
+        out.extend(invalidation)
     return "\n".join(out)

@@ -118,10 +118,13 @@ class Project(Unary):
 
 @dataclass(frozen=True, eq=False)
 class Join(Node):
-    """Inner join of any number of inputs on a conjunctive condition."""
+    """Inner join of any number of inputs on a conjunctive condition. `restrict` (set by the
+    restrict_cogenerators pass) lists (i, a, j, b): in the term that starts from input i's change
+    batch, input j is read only where its column b takes a value of a in that batch."""
 
     parts: tuple[Node, ...] = ()
     condition: exp.Expression | None = None
+    restrict: tuple[tuple[int, str, int, str], ...] = ()
 
     @property
     def inputs(self) -> tuple[Node, ...]:
@@ -131,7 +134,11 @@ class Join(Node):
         return self if inputs == self.parts else dataclasses.replace(self, parts=tuple(inputs))
 
     def describe(self) -> str:
-        return f"{len(self.parts)} inputs on {sql(self.condition) if self.condition is not None else 'true'}"
+        text = f"{len(self.parts)} inputs on {sql(self.condition) if self.condition is not None else 'true'}"
+        if self.restrict:
+            text += "; co-generators read for the change's keys: " + ", ".join(
+                f"d{i + 1}.{a} -> {j + 1}.{b}" for i, a, j, b in self.restrict)
+        return text
 
 
 @dataclass(frozen=True)

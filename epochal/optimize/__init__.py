@@ -10,6 +10,7 @@ from .fold_constants import fold_constants
 from .fuse import fuse_filters, fuse_projections
 from .prune_columns import prune_columns
 from .push_predicates import push_predicates
+from .restrict_cogenerators import restrict_cogenerators
 
 PASSES = (
     flatten_joins,
@@ -19,7 +20,20 @@ PASSES = (
     fuse_projections,
     drop_passthrough,
     prune_columns,
+    restrict_cogenerators,
 )
+
+
+def passes_named(names) -> tuple:
+    """The passes with the given names, in PASSES order (None: all of them). The engine's option
+    to run fewer passes, for comparing plans and measuring what a pass buys."""
+    if names is None:
+        return PASSES
+    known = {rewrite.__name__: rewrite for rewrite in PASSES}
+    unknown = sorted(set(names) - set(known))
+    if unknown:
+        raise ValueError(f"unknown optimizer pass(es) {', '.join(unknown)}; known: {', '.join(known)}")
+    return tuple(rewrite for rewrite in PASSES if rewrite.__name__ in set(names))
 
 
 MAX_ROUNDS = 4

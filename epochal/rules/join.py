@@ -17,6 +17,7 @@ from ..changes import quoted
 from ..graph import WEIGHT, Join, columns_in, conjoin, conjuncts
 from ..context import NEW, OLD
 from .base import Rule, expr, union_all
+from .restrict import restrict_partners
 
 
 def _is_equality(part) -> bool:
@@ -65,6 +66,7 @@ def join_frames(node: Join, frames: dict[int, DataFrame], start: int) -> DataFra
 
 class JoinRule(Rule):
     operator = Join
+    materialize_delta = True
     rule = "Σ_i new_1..new_(i-1) ⋈ d_i ⋈ old_(i+1)..old_n, each term joined outward from d_i"
     state = "none (other inputs read by Delta time travel)"
 
@@ -78,6 +80,7 @@ class JoinRule(Rule):
                 j: ctx.snapshot(other, NEW if j < i else OLD) for j, other in enumerate(node.parts) if j != i
             }
             frames[i] = change
+            frames = restrict_partners(node, ctx, i, frames)  # co-generators read for d_i's keys only
             terms.append(join_frames(node, frames, i))
         return union_all(terms)
 

@@ -1,0 +1,180 @@
+"""Rescan triggers, each produced for real on small Delta tables (DESIGN.md section 5): the table
+that reads the source rescans with the expected reason, its result equals the full recompute, and
+the table reading it stays incremental (the rescan wrote its difference as an ordinary change).
+
+Two tables per test: `t` aggregates source `a` (so it has state), `d` filters `t`.
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+
+import pytest
+from delta.tables import DeltaTable
+
+from epochal import Engine
+from epochal.errors import EpochError, StrictModeError
+from tests.support import SyntheticSource, assert_matches_recompute
+
+SCHEMA = "k int, g string, v int, w string"
+ROWS = [(i, "xyz"[i % 3], i, f"w{i}") for i in range(10)]
+T = "SELECT g, count(*) AS n, sum(v) AS s FROM a GROUP BY g"
+D = "SELECT g, s FROM t WHERE n > 1"
+
+
+def build(spark, root: str, **options) -> Engine:
+    engine = Engine(spark, root, parallelism=1, **options)
+    engine.source("a")
+    engine.define_all({"t": T, "d": D})
+    return engine
+
+
+@pytest.fixture
+def setup(spark, warehouse):
+    """(engine, source a, root) after a first epoch."""
+    root = f"{warehouse}/{uuid.uuid4().hex[:8]}"
+    source = SyntheticSource(spark, f"{root}/sources/a", SCHEMA, ROWS)
+    engine = build(spark, root)
+    assert {(r.table, r.reason) for r in engine.refresh()} == {("t", "FIRST_RUN"), ("d", "FIRST_RUN")}
+    return engine, source, root
+
+
+def sql(spark, statement: str, path: str) -> None:
+    spark.sql(statement.format(table=f"delta.`{path}`"))
+
+
+def refreshed(engine, **options) -> dict:
+    reports = {r.table: r for r in engine.refresh(**options)}
+    assert_matches_recompute(engine)
+    return reports
+
+
+def assert_rescan(reports, code: str, *words: str) -> None:
+    t, d = reports["t"], reports["d"]
+    assert (t.technique, t.reason.split(":")[0]) == ("rescan", code), (t.technique, t.reason)
+    for word in words:
+        assert word in t.reason, t.reason
+    assert d.technique == "incremental", (d.technique, d.reason)
+
+
+def test_cdf_unavailable_after_vacuum_and_while_the_feed_was_off(spark, setup):
+    engine, a, _ = setup
+    a.delete("k = 1")
+    a.update("k = 2", {"v": "v + 5"})
+    spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+    try:
+        sql(spark, "VACUUM {table} RETAIN 0 HOURS", a.path)  # the change files of the epoch are gone
+    finally:
+        spark.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")
+    assert_rescan(refreshed(engine), "CDF_UNAVAILABLE", "VACUUM", "source 'a'")
+
+    sql(spark, "ALTER TABLE {table} SET TBLPROPERTIES (delta.enableChangeDataFeed = false)", a.path)
+    a.insert([(20, "x", 7, "w")])
+    sql(spark, "ALTER TABLE {table} SET TBLPROPERTIES (delta.enableChangeDataFeed = true)", a.path)
+    a.insert([(21, "y", 8, "w")])
+    assert_rescan(refreshed(engine), "CDF_UNAVAILABLE", "was off")
+
+    a.insert([(22, "z", 9, "w")])  # and back to incremental
+    assert {r.technique for r in refreshed(engine).values()} == {"incremental"}
+
+
+def test_source_rewritten_by_overwrite_truncate_and_restore(spark, setup):
+    engine, a, _ = setup
+    spark.createDataFrame([(1, "x", 100, "o"), (2, "q", 5, "o")], SCHEMA).write.format("delta") \
+        .mode("overwrite").save(a.path)
+    assert_rescan(refreshed(engine), "SOURCE_REWRITTEN", "overwritten")
+
+    before_truncate = DeltaTable.forPath(spark, a.path).history(1).first()["version"]
+    sql(spark, "TRUNCATE TABLE {table}", a.path)
+    assert_rescan(refreshed(engine), "SOURCE_REWRITTEN", "truncated")
+
+    sql(spark, f"RESTORE TABLE {{table}} TO VERSION AS OF {before_truncate}", a.path)
+    assert_rescan(refreshed(engine), "SOURCE_REWRITTEN", f"restored to version {before_truncate}")
+
+
+def test_schema_changes_only_rescan_when_the_query_sees_them(spark, setup):
+    engine, a, root = setup
+    # a new column the query does not read: incremental, also after reloading the definitions
+    sql(spark, "ALTER TABLE {table} ADD COLUMNS (extra string)", a.path)
+    spark.createDataFrame([(30, "x", 3, "w", "e")], SCHEMA + ", extra string").write.format("delta") \
+        .mode("append").save(a.path)
+    assert {r.technique for r in refreshed(engine).values()} == {"incremental"}
+    engine = build(spark, root)
+    a.schema = SCHEMA + ", extra string"
+    a.insert([(31, "y", 4, "w", "f")])
+    assert {(r.technique, r.reason) for r in refreshed(engine).values()} == {("incremental", "")}
+
+    # a wider type of a column the query reads: SOURCE_REWRITTEN once the definitions are reloaded
+    sql(spark, "ALTER TABLE {table} SET TBLPROPERTIES ('delta.enableTypeWidening' = 'true')", a.path)
+    sql(spark, "ALTER TABLE {table} ALTER COLUMN v TYPE BIGINT", a.path)
+    a.schema = "k int, g string, v bigint, w string, extra string"
+    a.insert([(32, "z", 10**11, "w", "g")])
+    with pytest.raises(EpochError, match=r"table 't' was defined when source 'a' had column\(s\) v int.*define the table again"):
+        engine.refresh()
+    engine = build(spark, root)
+    assert_rescan(refreshed(engine), "SOURCE_REWRITTEN", "column v changed type integer -> long")
+
+
+def test_rename_and_drop_need_column_mapping_and_rescan_or_fail_by_what_is_read(spark, setup):
+    engine, a, _ = setup
+    sql(spark, "ALTER TABLE {table} SET TBLPROPERTIES ('delta.columnMapping.mode' = 'name', "
+               "'delta.minReaderVersion' = '2', 'delta.minWriterVersion' = '5')", a.path)
+    sql(spark, "ALTER TABLE {table} RENAME COLUMN w TO label", a.path)  # not read by t
+    a.schema = "k int, g string, v int, label string"
+    a.insert([(40, "x", 1, "l")])
+    assert_rescan(refreshed(engine), "CDF_UNAVAILABLE", "column w renamed to label")
+
+    sql(spark, "ALTER TABLE {table} DROP COLUMN v", a.path)  # read by t: no rescan can answer
+    a.schema = "k int, g string, label string"
+    a.insert([(41, "x", "l")])
+    with pytest.raises(EpochError, match=r"table 't' reads column\(s\) v of source 'a'.*update the table's SQL"):
+        engine.refresh()
+
+
+def test_state_missing_after_its_folder_is_deleted(spark, setup):
+    engine, a, _ = setup
+    state = engine.table("t").state_root
+    shutil.rmtree(state)
+    a.insert([(50, "x", 2, "w")])
+    assert_rescan(refreshed(engine), "STATE_MISSING", "missing")
+    a.insert([(51, "y", 2, "w")])  # state rebuilt: incremental again
+    assert {r.technique for r in refreshed(engine).values()} == {"incremental"}
+
+
+def test_strict_table_fails_with_the_reason_instead_of_rescanning(spark, setup):
+    engine, a, root = setup
+    shutil.rmtree(engine.table("t").state_root)
+    a.insert([(60, "x", 2, "w")])
+    strict = Engine(spark, root, strict=True, parallelism=1)
+    strict.source("a")
+    strict.define_all({"t": T, "d": D})
+    with pytest.raises(StrictModeError, match=r"table 't' is strict and would need a rescan \(STATE_MISSING"):
+        strict.refresh()
+    assert_rescan(refreshed(engine), "STATE_MISSING")  # not strict: rescans
+
+
+def test_query_changed_when_the_sql_is_edited_but_not_when_it_is_reformatted(spark, setup):
+    engine, a, _ = setup
+    engine.define("t", "select g,\n  COUNT(*) as n, SUM(v) as s -- same query\nfrom a group by g")
+    a.insert([(70, "x", 1, "w")])
+    assert {r.technique for r in refreshed(engine).values()} == {"incremental"}
+
+    engine.define("t", "SELECT g, count(*) AS n, sum(v) AS s FROM a WHERE v > 2 GROUP BY g")
+    reports = refreshed(engine)
+    assert (reports["t"].technique, reports["t"].reason) == ("rescan", "QUERY_CHANGED")
+    assert reports["d"].technique == "incremental"
+
+    reports = refreshed(engine, full_refresh=True)
+    assert (reports["t"].technique, reports["t"].reason) == ("rescan", "REQUESTED")
+
+
+def test_cost_rescans_a_sixty_percent_change(spark, warehouse):
+    root = f"{warehouse}/{uuid.uuid4().hex[:8]}"
+    a = SyntheticSource(spark, f"{root}/sources/a", SCHEMA, ROWS)
+    engine = build(spark, root, rescan_fraction=0.5)
+    engine.refresh()
+    a.insert([(100 + i, "new", i, "w") for i in range(15)])  # 15 of 25 rows: 60%, one new group of t
+    assert_rescan(refreshed(engine), "COST", "15 of the inputs' 25 rows changed (60%)")
+    a.update("k = 1", {"v": "v + 1"})  # 10%: incremental
+    assert {r.technique for r in refreshed(engine).values()} == {"incremental"}
