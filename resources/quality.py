@@ -1,0 +1,200 @@
+"""Data quality: great-expectations 1.x as a Dagster resource, and the multiset comparison behind
+the `matches_full_recompute` check.
+
+great-expectations is called directly (dagster-ge supports only GE < 1.0): one ephemeral context
+per process with one Spark data source that uses the process's own session (no `spark_config`, so
+GE never restarts the session and drops the Delta settings), one whole-dataframe batch definition,
+and a fresh suite per validation. Importing great_expectations takes seconds, so it happens on the
+first validation, never when the code location loads.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import uuid
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from dagster import ConfigurableResource
+from pydantic import Field
+
+META_KEY = "epochal_check"  # names the check an expectation belongs to
+RELATIVE_TOLERANCE = 1e-9  # DOUBLE sums drift under add and subtract; everything else is exact
+_context_lock = threading.Lock()
+_batch_definition = None
+
+
+@dataclass
+class ExpectationOutcome:
+    """One expectation's result on one batch of rows."""
+
+    name: str
+    type: str
+    kwargs: dict
+    scope: str
+    success: bool
+    element_count: int | None = None
+    unexpected_count: int | None = None
+    unexpected_percent: float | None = None
+    observed_value: Any = None
+    partial_unexpected: list = field(default_factory=list)
+    error: str | None = None
+
+
+def _batch_definition_for_session():
+    """The process's GE batch definition (ephemeral context, Spark data source, whole dataframe)."""
+    global _batch_definition
+    with _context_lock:
+        if _batch_definition is None:
+            import great_expectations as gx
+            from great_expectations.data_context.types.base import ProgressBarsConfig
+
+            context = gx.get_context(mode="ephemeral")
+            context.variables.progress_bars = ProgressBarsConfig(globally=False)
+            source = context.data_sources.add_spark("epochal")
+            asset = source.add_dataframe_asset("epoch_rows")
+            _batch_definition = asset.add_batch_definition_whole_dataframe("whole")
+        return _batch_definition
+
+
+def _plain(value: Any) -> Any:
+    """A JSON-friendly copy of a GE result value (dates, decimals and the like become text)."""
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return str(value)
+
+
+class GreatExpectationsResource(ConfigurableResource):
+    """Runs expectations (assets.specs.ExpectationSpec) on a Spark DataFrame with GE 1.x."""
+
+    result_format: str = Field(
+        default="SUMMARY",
+        description="GE result format: BASIC, SUMMARY (unexpected counts and a sample) or COMPLETE",
+    )
+
+    def validate(self, frame, expectations: Sequence) -> list[ExpectationOutcome]:
+        if not expectations:
+            return []
+        import great_expectations as gx
+        from great_expectations.expectations.expectation_configuration import ExpectationConfiguration
+
+        batch_definition = _batch_definition_for_session()  # first: a suite needs the context
+        suite = gx.ExpectationSuite(name=f"epochal-{uuid.uuid4().hex}")
+        by_name = {spec.name: spec for spec in expectations}
+        outcomes: dict[str, ExpectationOutcome] = {}
+        for spec in expectations:
+            try:
+                # The check's name rides in `meta`: results come back in no particular order, and
+                # expectations of a suite that was never saved carry no id.
+                expectation = ExpectationConfiguration(
+                    type=spec.type, kwargs=dict(spec.kwargs), meta={META_KEY: spec.name}
+                ).to_domain_obj()
+            except Exception as error:  # an unknown type or bad arguments: the check fails saying why
+                outcomes[spec.name] = ExpectationOutcome(
+                    spec.name, spec.type, dict(spec.kwargs), spec.scope, False,
+                    error=f"great-expectations rejects {spec.type}({dict(spec.kwargs)}): {error}",
+                )
+                continue
+            suite.add_expectation(expectation)
+        if suite.expectations:
+            batch = batch_definition.get_batch(batch_parameters={"dataframe": frame})
+            result = batch.validate(suite, result_format=self.result_format)
+            for item in result.results:
+                spec = by_name[(item.expectation_config.meta or {})[META_KEY]]
+                details = dict(item.result or {})
+                error = None
+                info = item.exception_info or {}
+                if info.get("raised_exception"):
+                    error = info.get("exception_message") or "great-expectations raised an exception"
+                outcomes[spec.name] = ExpectationOutcome(
+                    name=spec.name,
+                    type=spec.type,
+                    kwargs=dict(spec.kwargs),
+                    scope=spec.scope,
+                    success=bool(item.success) and error is None,
+                    element_count=details.get("element_count"),
+                    unexpected_count=details.get("unexpected_count"),
+                    unexpected_percent=details.get("unexpected_percent"),
+                    observed_value=_plain(details.get("observed_value")),
+                    partial_unexpected=_plain(details.get("partial_unexpected_list") or [])[:20],
+                    error=error,
+                )
+        missing = [spec.name for spec in expectations if spec.name not in outcomes]
+        if missing:
+            raise RuntimeError(f"great-expectations returned no result for {', '.join(missing)}")
+        return [outcomes[spec.name] for spec in expectations]
+
+
+# ---- the full-recompute comparison ---------------------------------------------------------------
+
+@dataclass
+class Comparison:
+    """A table against its full recompute, as multisets of rows."""
+
+    rows: int
+    expected_rows: int
+    extra: int  # rows in the table beyond the recompute's (with multiplicity)
+    missing: int  # rows of the recompute the table lacks
+    sample_extra: list = field(default_factory=list)
+    sample_missing: list = field(default_factory=list)
+    approximate_columns: list = field(default_factory=list)
+
+    @property
+    def equal(self) -> bool:
+        return self.extra == 0 and self.missing == 0
+
+
+def _close(a: Any, b: Any) -> bool:
+    if a is None or b is None:
+        return a is b
+    if isinstance(a, float) and isinstance(b, float):
+        if math.isnan(a) or math.isnan(b):
+            return math.isnan(a) and math.isnan(b)
+        return math.isclose(a, b, rel_tol=RELATIVE_TOLERANCE, abs_tol=1e-12)
+    return a == b
+
+
+def compare_frames(actual, expected, *, limit: int = 20_000) -> Comparison:
+    """Compare two DataFrames with the same columns as multisets. Rows are first matched exactly
+    in Spark (exceptAll both ways); rows left over are paired up on the driver allowing a relative
+    difference of RELATIVE_TOLERANCE in DOUBLE/FLOAT columns (at most `limit` rows a side)."""
+    from pyspark.sql.types import DoubleType, FloatType
+
+    columns = actual.columns
+    expected = expected.select(*columns)
+    approximate = [i for i, f in enumerate(actual.schema.fields) if isinstance(f.dataType, (DoubleType, FloatType))]
+    extra_frame, missing_frame = actual.exceptAll(expected), expected.exceptAll(actual)
+    extra_rows = [tuple(r) for r in extra_frame.limit(limit + 1).collect()]
+    missing_rows = [tuple(r) for r in missing_frame.limit(limit + 1).collect()]
+    rows, expected_rows = actual.count(), expected.count()
+    if len(extra_rows) > limit or len(missing_rows) > limit or not approximate:
+        extra_count = extra_frame.count() if len(extra_rows) > limit else len(extra_rows)
+        missing_count = missing_frame.count() if len(missing_rows) > limit else len(missing_rows)
+        return Comparison(rows, expected_rows, extra_count, missing_count, extra_rows[:10], missing_rows[:10],
+                          [columns[i] for i in approximate])
+    exact = [i for i in range(len(columns)) if i not in approximate]
+    pending: dict[tuple, list[tuple]] = defaultdict(list)
+    for row in missing_rows:
+        pending[tuple(row[i] for i in exact)].append(row)
+    unmatched_extra = []
+    for row in extra_rows:
+        candidates = pending.get(tuple(row[i] for i in exact), [])
+        match = next((c for c in candidates if all(_close(row[i], c[i]) for i in approximate)), None)
+        if match is None:
+            unmatched_extra.append(row)
+        else:
+            candidates.remove(match)
+    unmatched_missing = [row for group in pending.values() for row in group]
+    return Comparison(rows, expected_rows, len(unmatched_extra), len(unmatched_missing),
+                      unmatched_extra[:10], unmatched_missing[:10], [columns[i] for i in approximate])
+
+
+def multiset(frame) -> Counter:
+    """A small frame's rows as a Counter (tests and diagnostics)."""
+    return Counter(tuple(row) for row in frame.collect())
