@@ -1,12 +1,54 @@
-"""Dagster assets: the sources, and (in later issues) one derived-table asset per assets/sql/*.sql.
+"""Dagster assets: the TPC-H sources (observable, versioned by Delta version) and one derived-table
+asset per assets/sql/*.sql, with its checks, jobs and schedules.
 
-`ALL_ASSETS` is what definitions.py registers; derived assets are appended to it here.
+`ALL_ASSETS` is what definitions.py registers for the default warehouse; `derived_definitions`
+builds the derived part for another SQL folder or warehouse (tests, the demo).
 """
 
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from assets.automation import derived_automation
+from assets.checks import build_recompute_checks
+from assets.derived import build_derived_assets
 from assets.sources import SOURCE_ASSETS
+from assets.specs import SQL_FOLDER, TableSpec, load_specs
+from resources.warehouse import default_root
 
-DERIVED_ASSETS: list = []  # one asset per assets/sql/*.sql, built by a later issue
+SOURCE_NAMES = tuple(asset.key.to_user_string() for asset in SOURCE_ASSETS)
 
-ALL_ASSETS = [*SOURCE_ASSETS, *DERIVED_ASSETS]
 
-__all__ = ["ALL_ASSETS", "DERIVED_ASSETS", "SOURCE_ASSETS"]
+@dataclass(frozen=True)
+class DerivedDefinitions:
+    specs: dict[str, TableSpec]
+    assets: list
+    checks: list
+    jobs: list
+    schedules: list
+
+
+def derived_definitions(sql_folder: Path | str = SQL_FOLDER, explain_root: str | None = None) -> DerivedDefinitions:
+    """The derived tables of `sql_folder` as assets, checks, jobs and schedules. `explain_root` is
+    the warehouse whose cached `engine.explain` texts go into the descriptions."""
+    return _derived(str(sql_folder), explain_root)
+
+
+@lru_cache(maxsize=8)
+def _derived(sql_folder: str, explain_root: str | None) -> DerivedDefinitions:
+    specs = load_specs(sql_folder, SOURCE_NAMES)
+    jobs, schedules = derived_automation(specs)
+    return DerivedDefinitions(specs, build_derived_assets(specs, explain_root), build_recompute_checks(specs),
+                              jobs, schedules)
+
+
+def __getattr__(name: str):
+    """`DERIVED_ASSETS` and `ALL_ASSETS` (the default folder and warehouse), built on first use so
+    importing `assets.sources` parses no SQL."""
+    if name == "DERIVED_ASSETS":
+        return derived_definitions(SQL_FOLDER, default_root()).assets
+    if name == "ALL_ASSETS":
+        return [*SOURCE_ASSETS, *derived_definitions(SQL_FOLDER, default_root()).assets]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+__all__ = ["ALL_ASSETS", "DERIVED_ASSETS", "SOURCE_ASSETS", "DerivedDefinitions", "derived_definitions"]
