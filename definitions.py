@@ -1,30 +1,60 @@
-"""The Dagster code location: source assets, the TPC-H and change-stream jobs, and resources.
+"""The Dagster code location: source and derived-table assets with their checks, the jobs and
+schedules around them, and the resources.
 
-`dagster dev -w dagster_workspace.yaml` (or `make ui`) loads `defs`; the demo builds the same
-definitions for a chosen warehouse with `build_definitions`.
+`dagster dev -w dagster_workspace.yaml` (or `make ui`) loads `defs`: the warehouse is
+$EPOCHAL_WAREHOUSE (default <repository>/warehouse), the derived tables are the SQL files of
+$EPOCHAL_SQL_FOLDER (default assets/sql). The demo and the tests build the same definitions for a
+chosen warehouse or SQL folder with `build_definitions`.
+
+Runs execute in process: one Spark driver per run, shared by every step (a process per step would
+start a JVM and define the tables again for each one).
 """
 
 from __future__ import annotations
 
-from dagster import Definitions
+import os
+from pathlib import Path
 
-from assets import ALL_ASSETS
+from dagster import Definitions, in_process_executor
+
+from assets import SOURCE_ASSETS, derived_definitions
+from assets.automation import source_versions_sensor
+from assets.specs import SQL_FOLDER
 from ops.jobs import JOBS
+from ops.maintenance import MAINTENANCE_JOBS
+from resources.epochal import EpochalResource
+from resources.quality import GreatExpectationsResource
 from resources.spark import SparkResource
 from resources.warehouse import WarehouseResource
 
 
 def build_definitions(
-    warehouse: WarehouseResource | None = None, spark: SparkResource | None = None
+    warehouse: WarehouseResource | None = None,
+    spark: SparkResource | None = None,
+    sql_folder: Path | str = SQL_FOLDER,
 ) -> Definitions:
+    warehouse = warehouse or WarehouseResource()
+    spark = spark or SparkResource()
+    derived = derived_definitions(sql_folder, explain_root=warehouse.warehouse().root)
     return Definitions(
-        assets=ALL_ASSETS,
-        jobs=JOBS,
+        assets=[*SOURCE_ASSETS, *derived.assets],
+        asset_checks=derived.checks,
+        jobs=[*JOBS, *MAINTENANCE_JOBS, *derived.jobs],
+        schedules=derived.schedules,
+        sensors=[source_versions_sensor],
         resources={
-            "spark": spark or SparkResource(),
-            "warehouse": warehouse or WarehouseResource(),
+            "spark": spark,
+            "warehouse": warehouse,
+            "epochal": EpochalResource(spark=spark, warehouse=warehouse),
+            "great_expectations": GreatExpectationsResource(),
         },
+        executor=in_process_executor,
     )
 
 
-defs = build_definitions()
+def default_sql_folder() -> str:
+    """The derived tables' folder: $EPOCHAL_SQL_FOLDER, else assets/sql."""
+    return os.environ.get("EPOCHAL_SQL_FOLDER") or str(SQL_FOLDER)
+
+
+defs = build_definitions(sql_folder=default_sql_folder())
