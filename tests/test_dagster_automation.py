@@ -1,0 +1,50 @@
+"""The derived tables' automation, evaluated without Spark: the hourly schedule asks for the newest
+closed window, and the source sensor requests an observation only when a source's Delta version
+moves."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pyarrow as pa
+from dagster import DagsterInstance, SensorResult, build_schedule_context, build_sensor_context
+from deltalake import write_deltalake
+
+from assets.automation import source_versions_sensor
+from resources.warehouse import WarehouseResource
+from tests.test_dagster_assets import TABLES, definitions_for, write_folder
+
+
+def test_the_hourly_schedule_materializes_the_newest_closed_window(tmp_path):
+    defs = definitions_for(str(tmp_path / "warehouse"), write_folder(tmp_path / "sql", TABLES))
+    schedule = defs.resolve_schedule_def("derived_hourly_schedule")
+    assert schedule.job_name == "derived_hourly"
+    with DagsterInstance.ephemeral() as instance:
+        tick = datetime(2026, 1, 2, 3, 5, tzinfo=timezone.utc)
+        context = build_schedule_context(instance=instance, scheduled_execution_time=tick)
+        [request] = schedule.evaluate_tick(context).run_requests
+    assert request.partition_key == "2026-01-02-02:00"  # 02:00-03:00 closed at 03:00
+    assert {d.name for d in defs.resolve_all_job_defs()} >= {
+        "derived_hourly", "verify_recompute", "optimize_tables", "vacuum_tables", "delete_table_state"}
+
+
+def test_the_source_sensor_observes_only_when_a_version_moves(tmp_path: Path):
+    resources = {"warehouse": WarehouseResource(root=str(tmp_path))}
+    with build_sensor_context(resources=resources) as context:
+        nothing = source_versions_sensor(context)
+    assert isinstance(nothing, SensorResult) and not nothing.run_requests
+    assert "missing: customer, lineitem" in str(nothing.skip_reason)
+
+    write_deltalake(str(tmp_path / "sources" / "nation"), pa.table({"key": [1]}))
+    with build_sensor_context(cursor=nothing.cursor, resources=resources) as context:
+        moved = source_versions_sensor(context)
+    [request] = moved.run_requests
+    assert '"nation": "0"' in moved.cursor
+
+    with build_sensor_context(cursor=moved.cursor, resources=resources) as context:
+        assert not source_versions_sensor(context).run_requests
+    write_deltalake(str(tmp_path / "sources" / "nation"), pa.table({"key": [2]}), mode="append")
+    with build_sensor_context(cursor=moved.cursor, resources=resources) as context:
+        again = source_versions_sensor(context)
+    assert len(again.run_requests) == 1 and '"nation": "1"' in again.cursor
