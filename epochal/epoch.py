@@ -358,6 +358,10 @@ def _write_output(engine, table, step: Step, change: DataFrame, base: DataFrame,
     columns = [f.name for f in table.schema.fields]
     log = DeltaLog.open(table.path, engine.storage_options)
     previous = log.version if log is not None else -1
+    # A run of this step a crash interrupted may have written already (the write below is then
+    # skipped): look for the step's commit after the version the step started from, not the
+    # latest (from the start when the table was recreated since).
+    since = step.output_version + 1 if 0 <= step.output_version <= previous else 0
     app, tag = f"epochal/{table.name}", _tag(table, step, "output")
     if full is not None:
         writer(full, app, step.seq, tag).mode("overwrite").option("overwriteSchema", "true").save(table.path)
@@ -368,7 +372,7 @@ def _write_output(engine, table, step: Step, change: DataFrame, base: DataFrame,
         else:
             apply_multiset(spark, table.path, change, columns, base, identity,
                            lambda frame: writer(frame, app, step.seq, tag), has_deletes=deleted > 0)
-    written = version_written(table.path, table.name, step.seq, "output", previous + 1, engine.storage_options)
+    written = version_written(table.path, table.name, step.seq, "output", since, engine.storage_options)
     return written if written is not None else max(previous, step.output_version)
 
 
@@ -377,11 +381,15 @@ def _write_states(engine, table, step: Step, state: StateStore, writes: list) ->
     for write in writes:
         path = state.path(write.name)
         log = DeltaLog.open(path, engine.storage_options)
-        since = log.version + 1 if log is not None else 0
+        # as for the output: an interrupted run of this step may have written this state table
+        # already, after the version the previous step recorded
+        recorded = state.versions.get(write.name)
+        since = recorded + 1 if recorded is not None and log is not None and log.version >= recorded else 0
         app, tag = f"epochal/{table.name}/{write.name}", _tag(table, step, write.name)
         write_state(engine.spark, state, write, step.seq, lambda frame, a=app, t=tag: writer(frame, a, step.seq, t))
         found = version_written(path, table.name, step.seq, write.name, since, engine.storage_options)
-        versions[write.name] = found if found is not None else state.versions.get(write.name, since - 1)
+        latest = log.version if log is not None else -1
+        versions[write.name] = found if found is not None else state.versions.get(write.name, latest)
         faults.point("after_state_merge", table.name)
     return versions
 
