@@ -1,0 +1,183 @@
+"""A second process for the reliability tests (crash matrix, concurrency): it builds its own Spark
+session, its own engine over a warehouse the test names, and runs what the test sends it.
+
+The test talks to it with one JSON command per line on stdin; it answers one JSON line per command
+on stdout, prefixed with MARK (the JVM may print to the same stream). A command names the
+warehouse, its sources and definitions, the refresh to run, optionally a wall-clock time to start
+it at (so two processes start at once) and a kill point (EPOCHAL_KILL_AT): the process then kills
+itself with SIGKILL there, and the test kills the rest of its process group (the driver JVM), as
+when the machine dies.
+
+    child = Child.start(jars)            # the parent's resolved Delta JARs: no Ivy resolution
+    child.send({"root": ..., "sources": ["a", "b"], "definitions": {...}, "until": iso, "at": t})
+    answer = child.answer()              # {"reports": [...]} or {"error": type, "message": text}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+
+MARK = "@@epochal "
+REPO = Path(__file__).resolve().parent.parent
+CHILD_MEMORY = os.environ.get("EPOCHAL_CHILD_MEMORY", "768m")
+
+
+# ---- the child's side ----------------------------------------------------------------------------
+def _say(message: dict) -> None:
+    sys.stdout.write(MARK + json.dumps(message, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def _refresh(spark, command: dict) -> dict:
+    from epochal import Engine
+    from epochal import faults
+
+    engine = Engine(spark, command["root"], parallelism=command.get("parallelism", 2))
+    for name in command.get("sources", []):
+        engine.source(name, clock=command.get("clock", "commit"))
+    engine.define_all(command["definitions"])
+    if command.get("at"):
+        time.sleep(max(0.0, command["at"] - time.time()))
+    if command.get("kill_at"):
+        os.environ[faults.KILL_AT] = command["kill_at"]
+    until = datetime.fromisoformat(command["until"]) if command.get("until") else None
+    started = time.time()
+    try:
+        reports = engine.refresh(command.get("tables"), until=until)
+    except Exception as error:  # noqa: BLE001 - the test judges the message
+        return {"error": type(error).__name__, "message": str(error), "started": started}
+    finally:
+        os.environ.pop(faults.KILL_AT, None)
+    return {"reports": [r.as_dict() for r in reports], "started": started}
+
+
+def main() -> None:
+    from resources.session import SparkSettings, delta_spark_session
+
+    jars = os.environ.get("EPOCHAL_CHILD_JARS")
+    extra = {"spark.jars.packages": "", "spark.jars": jars} if jars else {}
+    spark = delta_spark_session(SparkSettings(master="local[2]", shuffle_partitions=2, ui=False,
+                                              driver_memory=CHILD_MEMORY, extra_conf=extra))
+    _say({"ready": os.getpid()})
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        command = json.loads(line)
+        if command.get("quit"):
+            break
+        _say(_refresh(spark, command))
+    spark.stop()
+
+
+# ---- the test's side -----------------------------------------------------------------------------
+class Child:
+    """A running worker process (in its own process group, with its JVM)."""
+
+    def __init__(self, process: subprocess.Popen, log: Path):
+        self.process = process
+        self.log = log
+        self.lines: queue.Queue = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    @staticmethod
+    def start(jars: str | None, log: Path) -> "Child":
+        env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+        env.pop("EPOCHAL_KILL_AT", None)
+        if jars:
+            env["EPOCHAL_CHILD_JARS"] = jars
+        with open(log, "wb") as stderr:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "tests.worker"], cwd=str(REPO), env=env, stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=stderr, start_new_session=True, text=True,
+            )
+        return Child(process, log)
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            if line.startswith(MARK):
+                self.lines.put(json.loads(line[len(MARK):]))
+        self.lines.put(None)  # end of output: the process is gone
+
+    def _next(self, timeout: float) -> dict | None:
+        try:
+            return self.lines.get(timeout=timeout)
+        except queue.Empty:
+            raise TimeoutError(f"worker {self.process.pid} said nothing for {timeout:.0f}s; log {self.log}:\n"
+                               + self.tail()) from None
+
+    def ready(self, timeout: float = 300) -> None:
+        message = self._next(timeout)
+        if message is None or "ready" not in message:
+            raise RuntimeError(f"worker {self.process.pid} did not start ({message}); log {self.log}:\n{self.tail()}")
+
+    def send(self, command: dict) -> None:
+        self.process.stdin.write(json.dumps(command, default=str) + "\n")
+        self.process.stdin.flush()
+
+    def answer(self, timeout: float = 300) -> dict | None:
+        """The next answer, or None when the process ended without one (it was killed)."""
+        return self._next(timeout)
+
+    def killed(self, timeout: float = 300) -> int:
+        """Wait for the process to end; kill what is left of its group (its JVM); its exit code."""
+        try:
+            code = self.process.wait(timeout=timeout)
+        finally:
+            self.kill_group()
+        return code
+
+    def kill_group(self) -> None:
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+        deadline = time.time() + 30
+        while time.time() < deadline and _group_alive(self.process.pid):
+            time.sleep(0.1)
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            try:
+                self.send({"quit": True})
+                self.process.wait(timeout=20)
+            except (OSError, subprocess.TimeoutExpired, ValueError):
+                pass
+        self.kill_group()
+
+    def tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def parent_jars(spark) -> str | None:
+    """The Delta JARs the parent's session resolved, so children skip Ivy resolution."""
+    return spark.sparkContext.getConf().get("spark.jars", None) or None
+
+
+if __name__ == "__main__":
+    main()
