@@ -8,9 +8,9 @@ Runs the `load_tpch` job (initial load stamped 2026-01-01T00:00Z), then the `app
 (batch i stamped 2026-01-01T00:30Z + (i-1) h), then `observe_sources`; then materializes every
 derived table (or those named by --tables) for the hourly partitions 2026-01-01-00:00 .. the
 partition of the last batch as ONE run over the range (what a single-run backfill launches: one
-Spark driver, every table defined once, tables in dependency order, each applying the partitions
-one by one with its blocking checks), then the `verify_recompute` job (every table against a full
-recompute). All in this process and recorded in the Dagster instance at $DAGSTER_HOME (default
+Spark driver, every table defined once, tables in dependency order, each processing the range as
+one epoch span after its first partition, with its blocking checks), then the `verify_recompute`
+job (every table against a full recompute). All in this process and recorded in the Dagster instance at $DAGSTER_HOME (default
 <warehouse>/.dagster), so `make ui` shows the runs, the partitions and the checks. Prints the
 change batches and a per-table summary; exits 1 when a table failed or a check did not pass.
 
