@@ -15,7 +15,7 @@ TPCH_LOADED_AT = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 @pytest.fixture(scope="session")
 def spark():
-    session = delta_spark_session(SparkSettings(shuffle_partitions=2, ui=False, driver_memory="4g"))
+    session = delta_spark_session(SparkSettings(shuffle_partitions=2, ui=False, driver_memory="8g"))
     yield session
     session.stop()
 

@@ -4,6 +4,7 @@ recompute of its SQL, and every epoch after the first must be incremental (or a 
 
 from __future__ import annotations
 
+import os
 import uuid
 from decimal import Decimal
 
@@ -154,8 +155,10 @@ def run_epochs(spark, warehouse: str, definitions: dict[str, str], epochs) -> No
         assert_matches_recompute(engine, context=f"after epoch {number}: a {a_ops} b {b_ops}")
 
 
+EXAMPLES = int(os.environ.get("EPOCHAL_EXAMPLES", "2"))  # `make soak` raises it
+
 SLOW = settings(
-    max_examples=4,
+    max_examples=EXAMPLES,
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
