@@ -7,7 +7,7 @@ export DAGSTER_HOME ?= $(WAREHOUSE)/.dagster
 export PYTHONPATH := $(CURDIR)
 ARGS ?=
 
-.PHONY: demo test ui bench soak setup clean
+.PHONY: demo test test-tpch ui bench soak setup clean
 
 $(BIN)/.installed: pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "epochal needs Python 3.11 or newer")'
@@ -31,6 +31,10 @@ demo: setup
 
 test: setup
 	$(BIN)/python -m pytest $(ARGS)
+
+# all 22 TPC-H queries over 10 hourly batches, each epoch checked against the full recompute
+test-tpch: setup
+	EPOCHAL_TPCH_BATCHES=10 $(BIN)/python -m pytest tests/test_tpch_incremental.py $(ARGS)
 
 ui: setup
 	@mkdir -p $(DAGSTER_HOME)
