@@ -8,10 +8,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pyarrow as pa
-from dagster import DagsterInstance, SensorResult, build_schedule_context, build_sensor_context
+import pytest
+from dagster import AssetKey, DagsterInstance, SensorResult, build_schedule_context, build_sensor_context
 from deltalake import write_deltalake
 
 from assets.automation import source_versions_sensor
+from assets.specs import SpecError
 from resources.warehouse import WarehouseResource
 from tests.test_dagster_assets import TABLES, definitions_for, write_folder
 
@@ -48,3 +50,17 @@ def test_the_source_sensor_observes_only_when_a_version_moves(tmp_path: Path):
     with build_sensor_context(cursor=moved.cursor, resources=resources) as context:
         again = source_versions_sensor(context)
     assert len(again.run_requests) == 1 and '"nation": "1"' in again.cursor
+
+
+def test_a_daily_table_gets_daily_partitions_a_job_and_a_schedule(tmp_path):
+    files = {**TABLES, "open_by_year.yml": "partitioning: daily\n"}
+    defs = definitions_for(str(tmp_path / "warehouse"), write_folder(tmp_path / "sql", files))
+    graph = defs.resolve_asset_graph()
+    daily = graph.get(AssetKey("open_by_year")).partitions_def
+    assert daily.get_first_partition_key() == "2026-01-01"
+    assert graph.get(AssetKey("open_orders")).partitions_def.get_first_partition_key() == "2026-01-01-00:00"
+    assert defs.resolve_job_def("derived_daily") and defs.resolve_schedule_def("derived_daily_schedule")
+
+    files = {**TABLES, "open_orders.yml": "partitioning: daily\n"}
+    with pytest.raises(SpecError, match="open_by_year is hourly but reads open_orders, which is daily"):
+        definitions_for(str(tmp_path / "warehouse"), write_folder(tmp_path / "sql2", files))
