@@ -156,9 +156,8 @@ def test_partitions_apply_in_order_and_equal_the_recompute(setup):
     second = materialize(defs, instance, PARTITIONS[1])
     assert second.success, failure_messages(second)
     events = materializations(second)
-    assert {(table, technique) for (table, _), technique in
-            ((k, m["technique"]) for k, m in events.items())} == {("open_orders", "incremental"),
-                                                                  ("open_by_year", "incremental")}
+    assert {(table, m["technique"]) for (table, _), m in events.items()} == {
+        ("open_orders", "incremental"), ("open_by_year", "incremental")}
     assert_matches_recompute(engine, ["open_orders", "open_by_year"], f"after {PARTITIONS[1]}")
 
     metadata = events[("open_orders", PARTITIONS[1])]
