@@ -79,8 +79,9 @@ class Context:
         unchanged, so the join terms and aggregates above it are never planned."""
         for node in walk(self.plan):
             if isinstance(node, Scan) and self.changed(node):
-                batch = self.materialize(self.rule_for(node).delta(node, self))
-                rows = batch.count()
+                batch = self.rule_for(node).delta(node, self).persist()  # a short plan: no cut needed
+                self.persisted.append(batch)
+                rows = batch.count()  # fills the cache: one job
                 self.rows_read += rows
                 self._deltas[id(node)] = batch if rows else None
                 self._changed[id(node)] = bool(rows)
