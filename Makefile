@@ -34,7 +34,7 @@ test: setup
 
 # all 22 TPC-H queries over 10 hourly batches, each epoch checked against the full recompute
 test-tpch: setup
-	EPOCHAL_TPCH_BATCHES=10 $(BIN)/python -m pytest tests/test_tpch_incremental.py $(ARGS)
+	EPOCHAL_TPCH_QUERIES=all EPOCHAL_TPCH_BATCHES=10 $(BIN)/python -m pytest tests/test_tpch_incremental.py $(ARGS)
 
 ui: setup
 	@mkdir -p $(DAGSTER_HOME)
