@@ -141,7 +141,8 @@ def run(engine, table, epoch: Epoch, *, full_refresh: bool = False) -> Report:
     """Bring `table` to `epoch`, finishing an interrupted step first."""
     began = time.monotonic()
     ledger = table.ledger
-    last = ledger.last_committed()
+    steps = ledger.steps()  # one snapshot for what is done, what is pending and the next seq
+    last = ledger.last_committed(steps)
     if last is not None and last.epoch == epoch.key and not full_refresh:
         return _report(table, last, time.monotonic() - began, note="already applied; nothing done")
     if last is not None and last.epoch_end > epoch.end:
@@ -149,7 +150,7 @@ def run(engine, table, epoch: Epoch, *, full_refresh: bool = False) -> Report:
             f"table {table.name!r} has already applied epoch {last.epoch}, later than {epoch.key}; "
             "epochs apply in order"
         )
-    pending = ledger.pending()
+    pending = ledger.pending(steps)
     if pending is not None:
         resumable = pending.fingerprint == table.compiled.fingerprint and not full_refresh
         if resumable and pending.epoch == epoch.key:
@@ -159,7 +160,8 @@ def run(engine, table, epoch: Epoch, *, full_refresh: bool = False) -> Report:
             _execute(engine, table, earlier, pending, time.monotonic())
             return run(engine, table, epoch, full_refresh=full_refresh)
         _abandon(table, pending, "superseded: the definition changed or a full refresh was requested")
-        last = ledger.last_committed()
+        steps = ledger.steps()
+        last = ledger.last_committed(steps)
 
     inputs = input_ranges(engine, table, last, epoch)
     technique, reason = _decide(table, last, inputs, full_refresh, engine)
@@ -169,7 +171,7 @@ def run(engine, table, epoch: Epoch, *, full_refresh: bool = False) -> Report:
             "refresh it with full_refresh=True to accept the rescan, or fix the cause"
         )
     step = Step(
-        seq=ledger.next_seq(),
+        seq=ledger.next_seq(steps),
         status=STARTED,
         epoch=epoch.key,
         epoch_end=epoch.end,
@@ -220,26 +222,48 @@ def _ranges_of(engine, table, step: Step) -> dict[str, InputRange]:
     }
 
 
-def _execute(engine, table, epoch: Epoch, step: Step, began: float) -> Report:
-    from delta.exceptions import DeltaConcurrentModificationException
+def _conflicts() -> tuple[type[Exception], ...]:
+    """Delta's commit-conflict exceptions. In delta-spark's Python API the specific ones
+    (ConcurrentAppendException, ProtocolChangedException, ...) do not derive from
+    DeltaConcurrentModificationException, so each is named."""
+    from delta import exceptions
 
-    for attempt in range(CONCURRENT_RETRIES):
+    return tuple(getattr(exceptions, name) for name in exceptions.__all__)
+
+
+def _committed(table, step: Step) -> Step | None:
+    """The committed record of `step`, if a run (this one or a concurrent one) wrote it."""
+    return next((s for s in reversed(table.ledger.committed()) if s.seq == step.seq), None)
+
+
+def _execute(engine, table, epoch: Epoch, step: Step, began: float) -> Report:
+    conflicts = _conflicts()
+    for attempt in range(CONCURRENT_RETRIES + 1):
         try:
             return _compute_and_write(engine, table, epoch, step, began)
         except (StateInconsistent, StateMissing) as problem:
-            if step.technique != INCREMENTAL:
+            done = _committed(table, step)
+            if done is not None:  # a concurrent run finished the step (and moved the state on)
+                return _report(table, done, time.monotonic() - began, note="applied by a concurrent run")
+            if step.technique != INCREMENTAL or attempt == CONCURRENT_RETRIES:
                 raise
             _abandon(table, step, f"state unusable: {problem}")
             fresh = Step(**{**step.__dict__, "seq": table.ledger.next_seq(), "technique": RESCAN,
                             "reason": f"STATE_MISSING: {problem}"})
             table.ledger.record(fresh)
             step = fresh
-        except DeltaConcurrentModificationException:
-            committed = table.ledger.at_epoch(epoch.key)
-            if committed is not None:
-                return _report(table, committed, time.monotonic() - began, note="applied by a concurrent run")
+        except conflicts as conflict:
+            done = _committed(table, step) or table.ledger.at_epoch(epoch.key)
+            if done is not None:
+                return _report(table, done, time.monotonic() - began, note="applied by a concurrent run")
+            if attempt == CONCURRENT_RETRIES:
+                raise EpochError(
+                    f"table {table.name!r}: epoch {epoch.key} met a concurrent writer {attempt + 1} times "
+                    f"({type(conflict).__name__}); nothing is committed for it, and refreshing again "
+                    "finishes it (another run may be refreshing the same table)"
+                ) from conflict
             time.sleep(0.5 * (attempt + 1))
-    return _compute_and_write(engine, table, epoch, step, began)
+    raise AssertionError("unreachable")
 
 
 class Phases:
@@ -258,8 +282,13 @@ class Phases:
 def _compute_and_write(engine, table, epoch: Epoch, step: Step, began: float) -> Report:
     spark = engine.spark
     phases = Phases()
+    done = _committed(table, step)
+    if done is not None:  # a concurrent run finished this step meanwhile: nothing left to do
+        return _report(table, done, time.monotonic() - began, note="applied by a concurrent run")
     inputs = _ranges_of(engine, table, step)
-    last = table.ledger.last_committed()
+    # the state and output this step starts from are the previous step's, also when a concurrent
+    # run commits this step while it runs
+    last = max((s for s in table.ledger.committed() if s.seq < step.seq), key=lambda s: s.seq, default=None)
     state = StateStore(spark, table.state_root, dict(last.state_versions) if last else {}, engine.storage_options)
     plan = table.compiled.plan
     ctx = Context(spark, plan, inputs, state, rescan=step.technique == RESCAN,

@@ -93,17 +93,20 @@ class Ledger:
             key=lambda step: (step.seq, step.status != STARTED),
         )
 
-    def committed(self) -> list[Step]:
-        return [step for step in self.steps() if step.status == COMMITTED]
+    # Each query below reads the ledger, or takes `steps` (one `steps()` read) so that several
+    # questions are answered from one snapshot: deciding a step's seq from one snapshot and what
+    # is pending from another lets two runs start the same epoch under two seqs.
+    def committed(self, steps: list[Step] | None = None) -> list[Step]:
+        return [step for step in (self.steps() if steps is None else steps) if step.status == COMMITTED]
 
-    def last_committed(self) -> Step | None:
-        committed = self.committed()
+    def last_committed(self, steps: list[Step] | None = None) -> Step | None:
+        committed = self.committed(steps)
         return committed[-1] if committed else None
 
-    def pending(self) -> Step | None:
+    def pending(self, steps: list[Step] | None = None) -> Step | None:
         """The started step that has neither committed nor been abandoned, if any."""
         by_seq: dict[int, dict[str, Step]] = {}
-        for step in self.steps():
+        for step in self.steps() if steps is None else steps:
             by_seq.setdefault(step.seq, {})[step.status] = step
         for seq in sorted(by_seq, reverse=True):
             statuses = by_seq[seq]
@@ -114,8 +117,8 @@ class Ledger:
     def at_epoch(self, epoch: str) -> Step | None:
         return next((step for step in reversed(self.committed()) if step.epoch == epoch), None)
 
-    def next_seq(self) -> int:
-        steps = self.steps()
+    def next_seq(self, steps: list[Step] | None = None) -> int:
+        steps = self.steps() if steps is None else steps
         return (max(step.seq for step in steps) + 1) if steps else 1
 
     def record(self, step: Step) -> tuple[bool, Step]:

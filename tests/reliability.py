@@ -123,6 +123,31 @@ def contents(engine, names=None) -> dict[str, Counter]:
     return {name: as_multiset(engine.read(name)) for name in (names or engine.tables())}
 
 
+def state_contents(engine, names=None) -> dict[tuple[str, str], Counter]:
+    """Per (table, state table), its rows as of the version the table's last committed step
+    recorded: what the next epoch reads. Two runs with the same history hold the same rows (each
+    row carries the seq of the step that wrote it)."""
+    found = {}
+    for name in names or engine.tables():
+        table = engine.table(name)
+        last = table.ledger.last_committed()
+        for state, version in sorted((last.state_versions if last else {}).items()):
+            frame = engine.spark.read.format("delta").option("versionAsOf", version).load(f"{table.state_root}/{state}")
+            found[(name, state)] = as_multiset(frame)
+    return found
+
+
+def closed_window() -> datetime:
+    """A window end just after everything written so far: with commit clocks, a closed window."""
+    import time
+    from datetime import timezone
+
+    time.sleep(0.05)
+    end = datetime.now(timezone.utc)
+    time.sleep(0.05)
+    return end
+
+
 def source_version(root: str, name: str) -> int:
     return DeltaLog(source_path(root, name)).version
 
