@@ -1,14 +1,14 @@
 """Crash matrix (DESIGN.md section 4): for every kill point of the epoch protocol, a refresh runs in
 a child process (its own Spark session and JVM) that SIGKILLs itself at that step; the test kills
-what is left of the child (its JVM), writes another change batch, re-runs the refresh in its own
-process and asserts that every table equals an uninterrupted run's and its full recompute, that no
-source commit was skipped or read twice (the ledger's steps cover each input back to back), and
-that no step wrote twice.
+what is left of the child (its JVM), writes more source commits, re-runs the refresh of the same
+epoch in its own process and asserts that the tables, and the state the next epoch will read,
+equal an uninterrupted run's (which equals the full recompute), that no source commit was skipped
+or read twice (the ledger's steps cover each input back to back), and that no step wrote twice.
 
 The pipeline (tests/reliability.py) is a join + aggregate + DISTINCT chain over two small sources
-with NULL keys and duplicate rows. The crashed epoch is incremental (the first epoch is done before
-the copies are made); the children all start at once (a JVM start is the expensive part) and each
-warehouse is a copy of one prepared warehouse.
+with NULL keys and duplicate rows; the crashed epoch is an incremental one (a time window closed
+after a change batch). The children all start at once (a JVM start is the expensive part) and each
+crashes in its own copy of one prepared warehouse.
 """
 
 from __future__ import annotations
@@ -20,7 +20,17 @@ import signal
 import pytest
 
 from epochal.faults import POINTS
-from tests.reliability import build_engine, contents, create_sources, exactly_once_problems, random_batch, PIPELINE
+from tests.reliability import (
+    PIPELINE,
+    append,
+    build_engine,
+    closed_window,
+    contents,
+    create_sources,
+    exactly_once_problems,
+    random_batch,
+    state_contents,
+)
 from tests.support import SUMMARIES, assert_matches_recompute
 from tests.worker import Child, parent_jars
 
@@ -59,12 +69,14 @@ def children(spark, tmp_path_factory, request):
 
 @pytest.fixture(scope="module")
 def prepared(spark, warehouse, children):
-    """A warehouse after a first epoch plus a change batch (`base`); one copy per kill point, each
-    handed to its child with the kill point set; and the uninterrupted run's final tables."""
+    """A warehouse after a first epoch plus a change batch (`base`), and the window `until` that
+    closes after the batch; one copy per kill point, handed to its child to refresh that window
+    with the kill point set; and an uninterrupted run's tables and state for the same window."""
     base = f"{warehouse}/base"
     create_sources(base)
     build_engine(spark, base, DEFINITIONS).refresh()
     random_batch(base, random.Random(1), commits=4)
+    until = closed_window()
     for (point, table), name in zip(MATRIX, IDS):
         if name not in children:
             continue
@@ -72,32 +84,36 @@ def prepared(spark, warehouse, children):
         shutil.copytree(base, root)
         children[name].ready()
         children[name].send({"root": root, "sources": ["a", "b"], "definitions": DEFINITIONS,
-                             "kill_at": f"{point}@{table}" if table else point})
+                             "until": until.isoformat(), "kill_at": f"{point}@{table}" if table else point})
 
     reference = f"{warehouse}/reference"
     shutil.copytree(base, reference)
     engine = build_engine(spark, reference, DEFINITIONS)
-    engine.refresh()
-    random_batch(reference, random.Random(2), commits=3)
-    engine.refresh()
+    engine.refresh(until=until)
+    assert_matches_recompute(engine, context="the uninterrupted run")
     assert not exactly_once_problems(engine)
-    return {name: f"{warehouse}/{name.replace('@', '-')}" for name in IDS}, contents(engine)
+    roots = {name: f"{warehouse}/{name.replace('@', '-')}" for name in IDS}
+    return roots, until, contents(engine), state_contents(engine)
 
 
 @pytest.mark.parametrize("name", IDS)
 def test_crash_at_each_step_then_rerun_equals_an_uninterrupted_run(spark, children, prepared, name):
-    roots, expected = prepared
+    """The re-run refreshes the same window; a source commit made after the crash (after the
+    window closed) must not leak into the resumed step. Tables, and the state the next epoch will
+    read, equal the uninterrupted run's; the ledger covers every source version once."""
+    roots, until, tables, states = prepared
     child = children[name]
     answer = child.answer()
     assert answer is None, f"the child finished without reaching kill point {name}: {answer}"
     assert child.killed() == -signal.SIGKILL, f"the child did not die by SIGKILL at {name}:\n{child.tail()}"
 
     root = roots[name]
-    random_batch(root, random.Random(2), commits=3)  # the same batch the uninterrupted run got
+    append(root, "a", [(1, "late", 100), (None, "late", 1)])  # after the window: the next epoch's
+    append(root, "b", [(1, "late")])
     engine = build_engine(spark, root, DEFINITIONS)
-    engine.refresh()
-    assert_matches_recompute(engine, context=f"after the re-run of {name}")
-    assert contents(engine) == expected, f"after the re-run of {name} the tables differ from an uninterrupted run"
+    engine.refresh(until=until)
+    assert contents(engine) == tables, f"after the re-run of {name} the tables differ from an uninterrupted run"
+    assert state_contents(engine) == states, f"after the re-run of {name} the state differs from an uninterrupted run"
     problems = exactly_once_problems(engine)
     assert not problems, "\n".join(problems)
     OUTCOMES[name] = "; ".join(f"{table} {_fate(engine, table)}" for table in engine.tables())
@@ -105,17 +121,17 @@ def test_crash_at_each_step_then_rerun_equals_an_uninterrupted_run(spark, childr
 
 def _fate(engine, table: str) -> str:
     """What became of the crashed epoch for one table: committed by the child before it died,
-    resumed (started by the child, finished by the re-run), or never started (the re-run's own
-    epoch covered its changes)."""
+    resumed (started by the child, finished by the re-run), or run by the re-run from scratch."""
     steps = engine.table(table).ledger.steps()
     started = {s.seq: s.run_id for s in steps if s.status == "started"}
     fates = []
     for step in steps:
         if step.status != "committed" or step.seq == 1:
             continue
-        by = started.get(step.seq, step.run_id)
         if step.run_id != engine.run_id:
             fates.append("committed before the kill")
-        elif by != engine.run_id:
+        elif started.get(step.seq, step.run_id) != engine.run_id:
             fates.append(f"resumed ({step.technique})")
-    return ", ".join(fates) or "not started (caught up by the re-run's epoch)"
+        else:
+            fates.append(f"run by the re-run ({step.technique})")
+    return ", ".join(fates) or "nothing to do"
