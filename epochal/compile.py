@@ -141,6 +141,9 @@ def resolve_inputs(name: str, tree: exp.Expression, known: dict[str, TableInfo])
                 name, "time travel in a definition", construct=table.sql("spark"), line=line, column=column,
                 fix="A derived table always reads its inputs as of the epoch; drop VERSION/TIMESTAMP AS OF",
             )
+        if table.name.lower() == name.lower():
+            raise DefinitionError(name, "a table cannot read itself", construct=table.name, line=line, column=column,
+                                  fix="Read the sources it is computed from; its previous contents are not an input")
         real = lowered.get(table.name.lower())
         if real is None:
             raise DefinitionError(
@@ -148,8 +151,6 @@ def resolve_inputs(name: str, tree: exp.Expression, known: dict[str, TableInfo])
                 fix=f"Declare it with engine.source({table.name!r}) or define it; known tables: "
                 + (", ".join(sorted(known)) or "none"),
             )
-        if real == name:
-            raise DefinitionError(name, "a table cannot read itself", construct=table.name, line=line, column=column)
         if real not in found:
             found.append(real)
     return tuple(found)

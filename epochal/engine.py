@@ -127,9 +127,17 @@ class Engine:
         if name in self._tables:
             raise DefinitionError(name, "is already defined as a derived table")
         path = path.rstrip("/") if path else self.warehouse.source_path(name)
-        if DeltaLog.open(path, self.storage_options) is None:
+        log = DeltaLog.open(path, self.storage_options)
+        if log is None:
             raise EpochalError(
                 f"source {name!r}: no Delta table at {path}; create it first (or pass path=...)"
+            )
+        if str(log.properties().get("delta.enableChangeDataFeed", "false")).lower() != "true":
+            raise EpochalError(
+                f"source {name!r}: the Delta table at {path} does not record a change data feed, so "
+                "every epoch would have to recompute the tables reading it. Enable it with ALTER TABLE "
+                f"delta.`{path}` SET TBLPROPERTIES (delta.enableChangeDataFeed = true) (changes are "
+                "recorded from then on), then declare the source"
             )
         source = Source(name, path, clock_named(clock))
         self.sources[name] = source
@@ -183,7 +191,10 @@ class Engine:
         while stack:
             current = stack.pop()
             if current == name:
-                raise DefinitionError(name, f"reading {', '.join(inputs)} would make a cycle back to {name!r}")
+                raise DefinitionError(name, f"reading {', '.join(inputs)} would make a cycle back to {name!r}",
+                                      construct=", ".join(inputs),
+                                      fix="A derived table cannot depend on itself through other tables; read "
+                                          "the sources it needs directly")
             if current in seen or current not in self._tables:
                 continue
             seen.add(current)

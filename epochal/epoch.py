@@ -184,6 +184,9 @@ def run(engine, table, epoch: Epoch, *, full_refresh: bool = False) -> Report:
         run_id=engine.run_id,
         detail={"plan": rescan.plan_signature(table.compiled.plan)},
     )
+    clock = {name: note for name, note in epoch.notes.items() if name in inputs}
+    if clock:  # the remap's warnings about the sources this table reads (time going backwards)
+        step.detail["clock"] = clock
     if technique == NOOP:
         step.status = COMMITTED
         _, stored = ledger.record(step)

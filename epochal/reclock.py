@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from .clock import CommitClock, LogicalClock, utc
 from .deltalog import DeltaLog
+from .errors import EpochalError
 from .metastore import RecordTable
 
 UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -38,7 +39,7 @@ REMAP_SCHEMA = pa.schema(
 )
 
 
-class ReclockError(RuntimeError):
+class ReclockError(EpochalError, RuntimeError):
     """An epoch that cannot be created (a window not closed yet, or out of order)."""
 
 

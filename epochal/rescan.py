@@ -53,12 +53,13 @@ SCHEMA_OPERATIONS = ("ADD COLUMNS", "CHANGE COLUMN", "CHANGE COLUMNS", "RENAME C
                      "REPLACE COLUMNS")
 REPLACING = ("CREATE OR REPLACE TABLE AS SELECT", "REPLACE TABLE AS SELECT", "CREATE OR REPLACE TABLE",
              "REPLACE TABLE")
-CHANGED_ROWS = {  # operation -> metrics whose sum is the rows it changed
-    "WRITE": ("numOutputRows",),
+CHANGED_ROWS = {  # operation -> metrics whose sum is the rows it changed (Spark's names, then delta-rs's)
+    "WRITE": ("numOutputRows", "num_added_rows"),
     "STREAMING UPDATE": ("numOutputRows",),
-    "MERGE": ("numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRowsDeleted"),
-    "DELETE": ("numDeletedRows",),
-    "UPDATE": ("numUpdatedRows",),
+    "MERGE": ("numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRowsDeleted",
+              "num_target_rows_inserted", "num_target_rows_updated", "num_target_rows_deleted"),
+    "DELETE": ("numDeletedRows", "num_deleted_rows"),
+    "UPDATE": ("numUpdatedRows", "num_updated_rows"),
 }
 
 

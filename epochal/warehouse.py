@@ -11,10 +11,12 @@ import os
 import re
 from dataclasses import dataclass
 
+from .errors import EpochalError
+
 NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
 
-class InvalidName(ValueError):
+class InvalidName(EpochalError, ValueError):
     """A table name that is not a plain identifier (it would be a path or SQL otherwise)."""
 
 
