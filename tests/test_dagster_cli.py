@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import sqlglot
-from dagster import AssetKey, DagsterEventType, DagsterInstance, EventRecordsFilter
+from dagster import AssetKey, DagsterInstance
 from dagster._core.instance.ref import InstanceRef
 from sqlglot import exp
 
@@ -135,8 +135,7 @@ def test_the_cli_materializes_a_partition_range(cli_warehouse, tmp_path):
     with DagsterInstance.from_ref(InstanceRef.from_dir(home)) as instance:
         [run] = instance.get_runs()
         assert run.is_success
-        records = instance.get_event_records(EventRecordsFilter(
-            DagsterEventType.ASSET_MATERIALIZATION, asset_key=AssetKey("open_orders")))
+        records = instance.fetch_materializations(AssetKey("open_orders"), limit=10).records
     techniques = {r.event_log_entry.dagster_event.partition:
                   r.asset_materialization.metadata["technique"].value for r in records}
     assert techniques == {PARTITIONS[0]: "rescan", PARTITIONS[1]: "incremental"}
