@@ -113,6 +113,9 @@ def parse(argv=None) -> argparse.Namespace:
                         help=f"TPC-H queries to maintain (default {','.join(TPCH_QUERIES)})")
     parser.add_argument("--warehouse", help="warehouse folder (default: a new temporary folder)")
     parser.add_argument("--driver-memory", default=os.environ.get("EPOCHAL_DRIVER_MEMORY", "6g"))
+    parser.add_argument("--minutes", type=float, default=None,
+                        help="start no epoch after this many minutes (a time-boxed soak; the summary says "
+                             "how many epochs ran)")
     parser.add_argument("--stop-on-mismatch", action="store_true", help="stop at the first mismatch")
     return parser.parse_args(argv)
 
@@ -150,6 +153,9 @@ def soak(args) -> int:
     errors = 0
     epochs_run = 0
     for index in range(args.epochs + 1):
+        if args.minutes is not None and index > 0 and time.monotonic() - began > args.minutes * 60:
+            print(f"time box of {args.minutes:g} min reached after epoch {index - 1}", flush=True)
+            break
         started = time.monotonic()
         hour = LOADED_AT + timedelta(hours=index)
         if index > 0:
