@@ -22,6 +22,7 @@ import pytest
 
 from epochal.errors import EpochalError
 from epochal.metastore import RecordTable
+from epochal.reclock import Remap
 from tests.reliability import (
     PIPELINE,
     SOURCES,
@@ -136,13 +137,18 @@ def test_a_refresh_racing_a_source_writer_reads_one_consistent_frontier(spark, w
     engine.refresh()
     written = Counter()
     stop = threading.Event()
+    remap = Remap(engine.warehouse.engine_path("remap"))
+    known = len(remap.epochs())
 
-    def writer() -> None:  # a commit every 50 ms, at most 200 (every one is read by a later epoch)
-        key = 0
-        while not stop.is_set() and key < 200:
+    def writer() -> None:
+        """A commit every 50 ms until ten commits after the epoch's frontiers are recorded (every
+        commit is read by a later epoch: keep them few)."""
+        key = after = 0
+        while not stop.is_set() and after < 10:
             append(root, "a", [(key % 6, "w", 1), (key % 6, "w", 1)])
             written["rows"] += 2
             key += 1
+            after += len(remap.epochs()) > known
             time.sleep(0.05)
 
     thread = threading.Thread(target=writer, daemon=True)
