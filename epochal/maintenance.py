@@ -26,6 +26,7 @@ from datetime import datetime, timezone
 from .deltalog import DeltaLog
 from .errors import EpochalError
 from .ledger import Ledger
+from .sessions import session_confs
 from .warehouse import Warehouse, is_local, local_path
 
 DEFAULT_RETENTION_HOURS = 168  # Delta's default delta.deletedFileRetentionDuration (7 days)
@@ -214,19 +215,10 @@ def vacuum(spark, target: DeltaTarget, retention_hours: float = DEFAULT_RETENTIO
         confs = {LISTING_PARALLELISM: str(_listing_tasks(spark))}
         if hours < DEFAULT_RETENTION_HOURS:
             confs[RETENTION_CHECK] = "false"
-        previous = {key: spark.conf.get(key, None) for key in confs}
-        for key, value in confs.items():
-            spark.conf.set(key, value)
-        try:
+        with session_confs(spark, confs):
             count = spark.sql(f"VACUUM delta.`{quoted}` RETAIN {hours:g} HOURS DRY RUN").count()
             if count and not dry_run:
                 spark.sql(f"VACUUM delta.`{quoted}` RETAIN {hours:g} HOURS").collect()
-        finally:
-            for key, value in previous.items():
-                if value is None:
-                    spark.conf.unset(key)
-                else:
-                    spark.conf.set(key, value)
     detail = {"files_deleted": 0 if dry_run else count, "files_deletable": count, "retention_hours": hours,
               "keep_version": -1 if keep_version is None else keep_version}
     verb = "would delete" if dry_run else "deleted"

@@ -2,25 +2,10 @@
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from epochal.sessions import session_confs
 
 # Delta copies this conf into the userMetadata of every commit made while it is set; unlike the
 # writer option of the same name, it also reaches MERGE and DataFrameWriterV2's create().
 USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 
-
-@contextmanager
-def session_confs(spark, confs: dict[str, str]):
-    """Set session confs for the duration of a block, then restore what was there. They are
-    session-wide: every write in the block, from any thread, sees them."""
-    previous = {key: spark.conf.get(key, None) for key in confs}
-    for key, value in confs.items():
-        spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key, value in previous.items():
-            if value is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, value)
+__all__ = ["USER_METADATA_CONF", "session_confs"]

@@ -23,7 +23,7 @@ from epochal import Engine
 from epochal.clock import logical_time_metadata
 from epochal.deltalog import DeltaLog
 from epochal.ledger import COMMITTED
-from tests.support import as_multiset
+from tests.support import as_multiset, sql_equals, sql_literal
 
 A_SCHEMA = pa.schema([("k", pa.int32()), ("g", pa.string()), ("v", pa.int32())])
 B_SCHEMA = pa.schema([("k", pa.int32()), ("name", pa.string())])
@@ -67,16 +67,6 @@ def create_sources(root: str, a_rows=A_INITIAL, b_rows=B_INITIAL, at: datetime |
                         configuration={"delta.enableChangeDataFeed": "true"}, **_stamp(at))
 
 
-def _eq(column: str, value) -> str:
-    if value is None:
-        return f"{column} IS NULL"
-    return f"{column} = '{value}'" if isinstance(value, str) else f"{column} = {value}"
-
-
-def _lit(value) -> str:
-    if value is None:
-        return "NULL"
-    return f"'{value}'" if isinstance(value, str) else str(value)
 
 
 def random_batch(root: str, rng: random.Random, commits: int = 3, at: datetime | None = None) -> int:
@@ -96,17 +86,17 @@ def random_batch(root: str, rng: random.Random, commits: int = 3, at: datetime |
             row = (key, rng.choice(GROUPS), rng.choice([None, 2, 6]))
             append(root, "a", [row, row], at)
         elif kind == "delete_a":
-            DeltaTable(a).delete(_eq("k", key), **stamp)
+            DeltaTable(a).delete(sql_equals("k", key), **stamp)
         elif kind == "update_a":
-            DeltaTable(a).update(predicate=_eq("g", rng.choice(GROUPS)), updates={"v": "v + 1"}, **stamp)
+            DeltaTable(a).update(predicate=sql_equals("g", rng.choice(GROUPS)), updates={"v": "v + 1"}, **stamp)
         elif kind == "move_a":
-            DeltaTable(a).update(predicate=_eq("k", key), updates={"g": _lit(rng.choice(GROUPS))}, **stamp)
+            DeltaTable(a).update(predicate=sql_equals("k", key), updates={"g": sql_literal(rng.choice(GROUPS))}, **stamp)
         elif kind == "insert_b":
             append(root, "b", [(key, rng.choice(NAMES))], at)
         elif kind == "delete_b":
-            DeltaTable(b).delete(_eq("k", key), **stamp)
+            DeltaTable(b).delete(sql_equals("k", key), **stamp)
         else:
-            DeltaTable(b).update(predicate=_eq("k", key), updates={"name": _lit(rng.choice(NAMES))}, **stamp)
+            DeltaTable(b).update(predicate=sql_equals("k", key), updates={"name": sql_literal(rng.choice(NAMES))}, **stamp)
     return commits
 
 

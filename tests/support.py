@@ -74,6 +74,19 @@ def assert_matches_recompute(engine, names=None, context: str = "") -> None:
     assert not problems, (context + "\n" if context else "") + "\n".join(problems)
 
 
+def sql_equals(column: str, value) -> str:
+    """`column = value` as SQL, `IS NULL` for None."""
+    if value is None:
+        return f"{column} IS NULL"
+    return f"{column} = '{value}'" if isinstance(value, str) else f"{column} = {value}"
+
+
+def sql_literal(value) -> str:
+    if value is None:
+        return "NULL"
+    return f"'{value}'" if isinstance(value, str) else str(value)
+
+
 class SyntheticSource:
     """A small source Delta table with change data feed, changed by real Delta commits."""
 

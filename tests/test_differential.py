@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from epochal import Engine
-from tests.support import SyntheticSource, assert_matches_recompute
+from tests.support import SyntheticSource, assert_matches_recompute, sql_equals, sql_literal
 
 KEYS = st.one_of(st.none(), st.integers(0, 4))
 GROUPS = st.sampled_from([None, "x", "y", "z"])
@@ -27,16 +27,6 @@ A_ROW = st.tuples(KEYS, GROUPS, VALUES, DECIMALS)
 B_ROW = st.tuples(KEYS, NAMES, DOUBLES)
 
 
-def _eq(column: str, value) -> str:
-    if value is None:
-        return f"{column} IS NULL"
-    return f"{column} = '{value}'" if isinstance(value, str) else f"{column} = {value}"
-
-
-def _lit(value) -> str:
-    if value is None:
-        return "NULL"
-    return f"'{value}'" if isinstance(value, str) else str(value)
 
 
 A_OPS = st.one_of(
@@ -66,18 +56,18 @@ def apply_a(source: SyntheticSource, op) -> None:
     elif kind == "insert_duplicate":
         source.insert([op[1], op[1]])
     elif kind == "delete_key":
-        source.delete(_eq("k", op[1]))
+        source.delete(sql_equals("k", op[1]))
     elif kind == "delete_group":
-        source.delete(_eq("g", op[1]))
+        source.delete(sql_equals("g", op[1]))
     elif kind == "move_group":
-        source.update(_eq("k", op[1]), {"g": _lit(op[2])})
+        source.update(sql_equals("k", op[1]), {"g": sql_literal(op[2])})
     elif kind == "move_key":
-        source.update(_eq("g", op[1]), {"k": _lit(op[2])})
+        source.update(sql_equals("g", op[1]), {"k": sql_literal(op[2])})
     elif kind == "bump_value":
-        source.update(_eq("g", op[1]), {"v": "v + 1", "d": "d - 1.25"})
+        source.update(sql_equals("g", op[1]), {"v": "v + 1", "d": "d - 1.25"})
     elif kind == "reinsert":  # delete and re-insert the same rows within one epoch
         rows = [row for row in source.rows() if row[0] == op[1]]
-        source.delete(_eq("k", op[1]))
+        source.delete(sql_equals("k", op[1]))
         source.insert(rows)
 
 
@@ -86,14 +76,14 @@ def apply_b(source: SyntheticSource, op) -> None:
     if kind == "insert":
         source.insert(op[1])
     elif kind == "delete_key":
-        source.delete(_eq("k", op[1]))
+        source.delete(sql_equals("k", op[1]))
     elif kind == "rename":
-        source.update(_eq("k", op[1]), {"name": _lit(op[2])})
+        source.update(sql_equals("k", op[1]), {"name": sql_literal(op[2])})
     elif kind == "move_key":
-        source.update(_eq("name", op[1]), {"k": _lit(op[2])})
+        source.update(sql_equals("name", op[1]), {"k": sql_literal(op[2])})
     elif kind == "empty_and_refill":  # a join partner disappears and comes back in one epoch
         rows = [row for row in source.rows() if row[0] == op[1]]
-        source.delete(_eq("k", op[1]))
+        source.delete(sql_equals("k", op[1]))
         source.insert(rows)
 
 
