@@ -30,7 +30,7 @@ from . import faults, rescan
 from .context import Context, InputRange
 from .deltalog import DeltaLog
 from .errors import EpochError, StateInconsistent, StrictModeError
-from .graph import WEIGHT
+from .graph import WEIGHT, walk
 from .ledger import ABANDONED, COMMITTED, STARTED, Step
 from .reclock import Epoch
 from .state import StateMissing, StateStore
@@ -329,11 +329,24 @@ def _compute_and_write(engine, table, epoch: Epoch, step: Step, began: float) ->
 def _incremental_change(table, ctx: Context) -> DataFrame:
     plan = table.compiled.plan
     root = ctx.delta(plan)
+    _require_state_writes(ctx)
     return consolidate(root.select(
         *[F.col(quoted(internal)).cast(field.dataType).alias(field.name)
           for internal, field in zip(plan.columns, table.schema.fields)],
         F.col(WEIGHT),
     ))
+
+
+def _require_state_writes(ctx: Context) -> None:
+    """Every stateful operator whose input changed must have queued its state write; one that
+    did not would leave its state an epoch behind and the next epoch wrong. Refuse the step (it
+    is rescanned, with the operator named) rather than commit it."""
+    queued = {write.name for write in ctx.state.writes}
+    for node in walk(ctx.plan):
+        if ctx.rule_for(node).stateful(node) and ctx.changed(node) and ctx.state_name(node) not in queued:
+            raise StateInconsistent(
+                f"{type(node).__name__} ({ctx.state_name(node)}) changed but queued no state write "
+                "(an engine defect: please report it with `engine.explain`)")
 
 
 def _rescan_change(engine, table, inputs, ctx: Context | None):

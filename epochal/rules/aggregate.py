@@ -202,8 +202,26 @@ class AggregateRule(Rule):
         return per_group
 
     def _touched(self, node: Aggregate, ctx) -> DataFrame:
-        """Per touched group: keys, old state (o__*), new state (plain names), `__existed`."""
-        return ctx.memo(node, "touched", lambda: self._compute_touched(node, ctx))
+        """Per touched group: keys, old state (o__*), new state (n__*). Computing it queues the
+        state merge (once), so the state advances whether readers take the delta or only
+        snapshots (a top-k over an aggregate reads only snapshots)."""
+        return ctx.memo(node, "touched", lambda: self._queue_state(node, ctx, self._compute_touched(node, ctx)))
+
+    def _queue_state(self, node: Aggregate, ctx, touched: DataFrame) -> DataFrame:
+        keys = list(node.keys)
+        state_columns = [COUNT] + [s for a in node.aggs for s in _state_columns(a)]
+        exists = (c("n__" + COUNT) > 0) | F.lit(not keys)
+        ctx.state.merge(
+            ctx.state_name(node),
+            touched.select(
+                *[c(k) for k in keys],
+                *[c("n__" + s).alias(s) for s in state_columns],
+                (~exists).alias(DELETE_FLAG),
+            ),
+            tuple(keys),
+            checks=[(f"a group count below zero in {ctx.state_name(node)}", f"`{COUNT}` < 0")],
+        )
+        return touched
 
     def _compute_touched(self, node: Aggregate, ctx) -> DataFrame:
         keys = list(node.keys)
@@ -293,7 +311,6 @@ class AggregateRule(Rule):
     def delta(self, node: Aggregate, ctx) -> DataFrame:
         keys = list(node.keys)
         touched = self._touched(node, ctx)
-        state_columns = [COUNT] + [s for a in node.aggs for s in _state_columns(a)]
         glob = not keys
         existed = c("o__" + COUNT).isNotNull() & ((c("o__" + COUNT) > 0) | F.lit(glob))
         exists = (c("n__" + COUNT) > 0) | F.lit(glob)
@@ -303,16 +320,6 @@ class AggregateRule(Rule):
         new_rows = touched.filter(exists).select(
             *[c(k) for k in keys], *self._finalize(node, ctx, "n__"), F.lit(1).cast(LongType()).alias(WEIGHT)
         )
-        ctx.state.merge(
-            ctx.state_name(node),
-            touched.select(
-                *[c(k) for k in keys],
-                *[c("n__" + s).alias(s) for s in state_columns],
-                (~exists).alias(DELETE_FLAG),
-            ),
-            tuple(keys),
-            checks=[(f"a group count below zero in {ctx.state_name(node)}", f"`{COUNT}` < 0")],
-        )
         return consolidate(old_rows.unionByName(new_rows))
 
     def snapshot(self, node: Aggregate, ctx, side: str) -> DataFrame:
@@ -320,6 +327,8 @@ class AggregateRule(Rule):
         if ctx.rescan:
             state = self._full_state(node, ctx, side)
         elif side == OLD or not ctx.changed(node):
+            if ctx.changed(node):
+                self._touched(node, ctx)  # the state must advance even if only the old side is read
             state = ctx.state.read(ctx.state_name(node), keys)
         else:
             old = ctx.state.read(ctx.state_name(node), keys)
