@@ -215,7 +215,8 @@ def chart(runs: list[dict], sweep: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, (left, right) = plt.subplots(1, 2, figsize=(14, 5))
+    figure, axes = plt.subplots(1, 2 if sweep else 1, figsize=(14 if sweep else 8, 5), squeeze=False)
+    left, right = axes[0][0], (axes[0][1] if sweep else None)
     for run in runs:
         rows = [r for r in summarize(run) if r["speedup"]]
         left.plot([r["table"].replace("tpch_", "") for r in rows], [r["speedup"] for r in rows], "o-",
