@@ -159,6 +159,14 @@ def test_identifiers_with_spaces_reserved_words_and_non_ascii(spark, root):
 
 
 # ---- sources that change shape -------------------------------------------------------------------
+def refused_without_writes(engine, match: str) -> None:
+    """The refresh fails with an EpochError matching `match` and writes nothing."""
+    before = snapshot(engine)
+    with pytest.raises(EpochError, match=match):
+        engine.refresh()
+    assert snapshot(engine) == before, "a failed refresh wrote something"
+
+
 def test_schema_changes_rescan_or_fail_cleanly(spark, root):
     """With column mapping on from the start: a new column is no reason to rescan; renaming a column
     the table does not read is a reasoned rescan (Delta cannot read change data across it); a wider
@@ -196,10 +204,7 @@ def test_schema_changes_rescan_or_fail_cleanly(spark, root):
 
     spark.sql(f"ALTER TABLE delta.`{path}` ALTER COLUMN v TYPE BIGINT")
     spark.sql(f"INSERT INTO delta.`{path}` VALUES (6, 'x', 6000000000, 'u', 'g')")
-    before = snapshot(engine)
-    with pytest.raises(EpochError, match=r"table 't' was defined when source 'a' had column\(s\) v int.*define the table again"):
-        engine.refresh()
-    assert snapshot(engine) == before, "a failed refresh wrote something"
+    refused_without_writes(engine, r"table 't' was defined when source 'a' had column\(s\) v int.*define the table again")
     engine = define()
     report = {r.table: r for r in engine.refresh()}["t"]
     assert (report.technique, report.reason.split(":")[0]) == ("rescan", "SOURCE_REWRITTEN"), report.reason
@@ -207,10 +212,7 @@ def test_schema_changes_rescan_or_fail_cleanly(spark, root):
 
     spark.sql(f"ALTER TABLE delta.`{path}` DROP COLUMN v")
     spark.sql(f"INSERT INTO delta.`{path}` VALUES (7, 'y', 'v', 'h')")
-    before = snapshot(engine)
-    with pytest.raises(EpochError, match=r"table 't' reads column\(s\) v of source 'a'.*update the table's SQL"):
-        engine.refresh()
-    assert snapshot(engine) == before, "a failed refresh wrote something"
+    refused_without_writes(engine, r"table 't' reads column\(s\) v of source 'a'.*update the table's SQL")
     assert not exactly_once_problems(engine)
     with pytest.raises(DefinitionError, match=r"table 't'.*v"):
         define()  # the stale SQL no longer compiles: the message says which column
