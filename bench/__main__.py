@@ -40,6 +40,9 @@ def _arguments(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="make bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--scales", type=float, nargs="+", default=[0.01, 0.1])
     parser.add_argument("--fraction", type=float, default=0.001, help="change fraction of orders per epoch")
+    parser.add_argument("--same-change-rows", action="store_true",
+                        help="scale the fraction down on larger scales so every scale changes as many rows per "
+                             "epoch as the first (the scaling target)")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--queries", type=int, nargs="+", default=list(range(1, 23)))
     parser.add_argument("--sweep", type=float, nargs="*", default=[0.0001, 0.001, 0.01, 0.1],
@@ -180,7 +183,9 @@ def _format(value, digits=2) -> str:
 
 def report_markdown(arguments, runs: list[dict], sweep: list[dict], started: str) -> str:
     lines = [f"# epochal benchmark, {started}", "",
-             f"Arguments: scales {arguments.scales}, fraction {arguments.fraction}, epochs {arguments.epochs}, "
+             f"Arguments: scales {arguments.scales}, fraction {arguments.fraction}"
+             f"{' (same change rows on every scale)' if getattr(arguments, 'same_change_rows', False) else ''}, "
+             f"epochs {arguments.epochs}, "
              f"queries {arguments.queries}. One Spark session, local[*] on {os.cpu_count()} cores; per table and "
              "epoch the incremental epoch and a full recompute-and-overwrite run back to back.", ""]
     for run in runs:
@@ -248,13 +253,22 @@ def main(argv=None) -> None:
     work = Path(arguments.work)
     work.mkdir(parents=True, exist_ok=True)
     spark = _session(arguments.driver_memory)
-    queries = [f"tpch_q{n:02d}" for n in arguments.queries]
-    runs = [run_scale(spark, work, scale, arguments.fraction, arguments.epochs, queries) for scale in arguments.scales]
-    sweep_queries = [f"tpch_q{n:02d}" for n in arguments.sweep_queries]
-    sweep = [run_scale(spark, work, arguments.scales[0], fraction, 1, sweep_queries) for fraction in arguments.sweep]
     out = RESULTS / started
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(dict(arguments=vars(arguments), runs=runs, sweep=sweep), indent=1))
+    runs, sweep = [], []
+
+    def save():
+        (out / "results.json").write_text(json.dumps(dict(arguments=vars(arguments), runs=runs, sweep=sweep), indent=1))
+
+    queries = [f"tpch_q{n:02d}" for n in arguments.queries]
+    for scale in arguments.scales:
+        fraction = arguments.fraction * (arguments.scales[0] / scale if arguments.same_change_rows else 1)
+        runs.append(run_scale(spark, work, scale, fraction, arguments.epochs, queries))
+        save()
+    sweep_queries = [f"tpch_q{n:02d}" for n in arguments.sweep_queries]
+    for fraction in arguments.sweep:
+        sweep.append(run_scale(spark, work, arguments.scales[0], fraction, 1, sweep_queries))
+        save()
     text = report_markdown(arguments, runs, sweep, started)
     (out / "report.md").write_text(text)
     chart(runs, sweep, out / "chart.png")
