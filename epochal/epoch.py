@@ -244,15 +244,20 @@ def _execute(engine, table, epoch: Epoch, step: Step, began: float) -> Report:
     for attempt in range(CONCURRENT_RETRIES + 1):
         try:
             return _compute_and_write(engine, table, epoch, step, began)
-        except (StateInconsistent, StateMissing) as problem:
+        except (StateInconsistent, StateMissing, rescan.Unreadable) as problem:
             done = _committed(table, step)
             if done is not None:  # a concurrent run finished the step (and moved the state on)
                 return _report(table, done, time.monotonic() - began, note="applied by a concurrent run")
             if step.technique != INCREMENTAL or attempt == CONCURRENT_RETRIES:
                 raise
-            _abandon(table, step, f"state unusable: {problem}")
-            fresh = Step(**{**step.__dict__, "seq": table.ledger.next_seq(), "technique": RESCAN,
-                            "reason": f"STATE_MISSING: {problem}"})
+            reason = problem.trigger.reason if isinstance(problem, rescan.Unreadable) else f"STATE_MISSING: {problem}"
+            _abandon(table, step, f"found while computing the change: {reason}")
+            if table.strict:
+                raise StrictModeError(
+                    f"table {table.name!r} is strict and would need a rescan ({reason}) at epoch {epoch.key}; "
+                    "nothing was written; refresh it with full_refresh=True to accept the rescan, or fix the cause"
+                ) from problem
+            fresh = Step(**{**step.__dict__, "seq": table.ledger.next_seq(), "technique": RESCAN, "reason": reason})
             table.ledger.record(fresh)
             step = fresh
         except conflicts as conflict:
@@ -304,13 +309,17 @@ def _compute_and_write(engine, table, epoch: Epoch, step: Step, began: float) ->
             faults.point("after_read_changes", table.name)
             if not ctx.changed(plan):  # every change consolidated away: nothing to write
                 return _commit(table, step, engine, phases, began, rows_read=rows_read)
-            change, base, full = _incremental_change(table, ctx), read_snapshot(
-                spark, table.path, step.output_version, table.schema), None
+            try:  # the epoch-start snapshots the delta rules read are Delta's to refuse, too
+                change = _incremental_change(table, ctx).persist()
+                inserted, deleted, writes = _figures_and_checks(change, state)
+            except rescan.delta_read_errors() as error:
+                raise rescan.unreadable(error, f"the inputs of {table.name!r} as of this epoch's start") from error
+            base, full = read_snapshot(spark, table.path, step.output_version, table.schema), None
         else:
             rows_read = 0
             change, base, full = _rescan_change(engine, table, inputs, ctx)
-        change = change.persist()
-        inserted, deleted, writes = _figures_and_checks(change, state)
+            change = change.persist()
+            inserted, deleted, writes = _figures_and_checks(change, state)
         phases.mark("compute")
         output_version = _write_output(engine, table, step, change, base, full, inserted, deleted)
         phases.mark("write output")

@@ -17,9 +17,11 @@ adds, for a step that would otherwise be incremental:
 
 Everything is read from the Delta logs through delta-rs (no Spark job): the log entries of the
 range's commits (operation, metrics, schema and property changes, file lists) and the existence of
-the files they name. Then Delta itself is asked: the change-feed reads are planned (not run), and
-the few error conditions that mean "this range cannot be read" (CDF_ERRORS, by condition code) turn
-into CDF_UNAVAILABLE. Any other error propagates.
+the files they name. Delta itself has the last word where the step reads: the few error conditions
+that mean "this range cannot be read" (CDF_ERRORS, by condition code) raise `Unreadable` there,
+before anything is written, and the step is rescanned with CDF_UNAVAILABLE (or SOURCE_REWRITTEN).
+Any other error propagates. (Asking Delta up front instead, by planning every table's change-feed
+reads, cost an eighth of an incremental epoch for a check the log already makes.)
 """
 
 from __future__ import annotations
@@ -78,11 +80,10 @@ class Triggers:
     one source over the same range in one epoch, and a range's log does not change (a VACUUM adds
     a commit, so the latest version is part of the key)."""
 
-    def __init__(self, rescan_fraction: float | None = None, probe: bool = True):
+    def __init__(self, rescan_fraction: float | None = None):
         if rescan_fraction is not None and not 0 < rescan_fraction:
             raise ValueError(f"rescan_fraction must be positive (a fraction of the input rows), not {rescan_fraction!r}")
         self.rescan_fraction = rescan_fraction
-        self.probe = probe
         self._memo: dict[tuple, Trigger | None] = {}
         self._lock = threading.Lock()
 
@@ -144,13 +145,7 @@ def _input_trigger(engine, triggers: Triggers, table, rng, reads: set[str] | Non
         return Trigger(SOURCE_REWRITTEN, f"{_describe(rng)} no longer exists at {rng.path} (deleted or moved)")
     key = (rng.path, rng.before, rng.after, log.version, frozenset(reads) if reads is not None else None)
 
-    def compute() -> Trigger | None:
-        found = _log_trigger(engine, table, rng, log, reads)
-        if found is None and triggers.probe:
-            found = _delta_probe(engine.spark, rng, reads)
-        return found
-
-    found = triggers.remembered(key, compute)
+    found = triggers.remembered(key, lambda: _log_trigger(engine, table, rng, log, reads))
     if found is not None and found.code == "STALE":
         raise EpochError(found.detail)
     return found
@@ -279,38 +274,27 @@ def _seen_change(engine, table, rng, log: DeltaLog, reads, change: str) -> Trigg
     return Trigger(SOURCE_REWRITTEN, f"{_describe(rng)}: {change}, a column this table reads")
 
 
-def _delta_probe(spark, rng, reads: set[str] | None) -> Trigger | None:
-    """Plan (not run) the change-feed read of the range and the time-travel read of its start, and
-    turn the errors Delta raises for an unreadable range (by condition code) into a trigger."""
+class Unreadable(EpochError):
+    """Delta refused to read an input range (one of CDF_ERRORS) while a step computed its change:
+    the step is rescanned for `trigger`, or refused when the table is strict."""
+
+    def __init__(self, trigger: Trigger):
+        super().__init__(trigger.reason)
+        self.trigger = trigger
+
+
+def delta_read_errors() -> tuple[type[Exception], ...]:
     from pyspark.errors import AnalysisException, IllegalArgumentException, UnsupportedOperationException
 
-    from .changes import read_changes
-
-    frames = [
-        ("change data", lambda: read_changes(spark, rng.path, rng.before, rng.after,
-                                             [f.name for f in rng.schema.fields if reads is None or f.name.lower() in reads])),
-        (f"version {rng.before}", lambda: spark.read.format("delta").option("versionAsOf", rng.before).load(rng.path)),
-    ]
-    for what, build in frames:
-        try:
-            _plan(build())
-        except (AnalysisException, IllegalArgumentException, UnsupportedOperationException) as error:
-            condition = error.getCondition() if hasattr(error, "getCondition") else None
-            if condition not in CDF_ERRORS:
-                raise
-            return Trigger(CDF_ERRORS[condition], f"Delta cannot read the {what} of {_describe(rng)} versions "
-                                                  f"{rng.before + 1}..{rng.after} ({condition})")
-    return None
+    return AnalysisException, IllegalArgumentException, UnsupportedOperationException
 
 
-def _plan(frame) -> None:
-    """Analyze and plan a read without running a Spark job (Delta checks a change-feed range while
-    planning its scan). Spark Connect has no handle on the plan: analysis only."""
-    jdf = getattr(frame, "_jdf", None)
-    if jdf is not None:
-        jdf.queryExecution().executedPlan()
-    else:
-        frame.schema  # noqa: B018
+def unreadable(error: Exception, what: str) -> Exception:
+    """`Unreadable` for one of Delta's "this range cannot be read" conditions; else the error."""
+    condition = error.getCondition() if hasattr(error, "getCondition") else None
+    if condition not in CDF_ERRORS:
+        return error
+    return Unreadable(Trigger(CDF_ERRORS[condition], f"Delta cannot read {what} ({condition})"))
 
 
 # ---- state ---------------------------------------------------------------------------------------

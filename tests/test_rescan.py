@@ -13,7 +13,7 @@ import uuid
 import pytest
 from delta.tables import DeltaTable
 
-from epochal import Engine
+from epochal import Engine, rescan
 from epochal.errors import EpochError, StrictModeError
 from tests.support import SyntheticSource, assert_matches_recompute
 
@@ -77,6 +77,31 @@ def test_cdf_unavailable_after_vacuum_and_while_the_feed_was_off(spark, setup):
 
     a.insert([(22, "z", 9, "w")])  # and back to incremental
     assert {r.technique for r in refreshed(engine).values()} == {"incremental"}
+
+
+def test_delta_refusing_a_range_where_the_step_reads_abandons_it_and_rescans(spark, setup, monkeypatch):
+    """Delta has the last word: were the log check to miss an unreadable range, Delta's refusal
+    where the step reads (before any write) abandons the step and rescans it, or fails a strict
+    table with nothing written."""
+    engine, a, root = setup
+    monkeypatch.setattr(rescan, "_log_trigger", lambda *arguments: None)
+    sql(spark, "ALTER TABLE {table} SET TBLPROPERTIES (delta.enableChangeDataFeed = false)", a.path)
+    a.insert([(23, "x", 7, "w")])
+    sql(spark, "ALTER TABLE {table} SET TBLPROPERTIES (delta.enableChangeDataFeed = true)", a.path)
+    a.insert([(24, "y", 8, "w")])
+    output = engine.table("t").path
+    version = DeltaTable.forPath(spark, output).history(1).first()["version"]
+
+    strict = build(spark, root, strict=True)
+    with pytest.raises(StrictModeError, match=r"table 't' is strict and would need a rescan \(CDF_UNAVAILABLE: "
+                                              r"Delta cannot read the change data of source 'a'.*nothing was written"):
+        strict.refresh()
+    assert DeltaTable.forPath(spark, output).history(1).first()["version"] == version
+
+    assert_rescan(refreshed(engine), "CDF_UNAVAILABLE", "Delta cannot read the change data of source 'a'",
+                  "DELTA_MISSING_CHANGE_DATA")
+    abandoned = [s.detail.get("why", "") for s in engine.table("t").ledger.steps() if s.status == "abandoned"]
+    assert any("DELTA_MISSING_CHANGE_DATA" in why for why in abandoned), abandoned
 
 
 def test_source_rewritten_by_overwrite_truncate_and_restore(spark, setup):
