@@ -136,6 +136,7 @@ def _epoch(engine, spark, root: str, generator, index: int, queries: list[str]) 
             technique=report.technique, reason=report.reason, incremental_seconds=round(seconds, 3),
             recompute_seconds=round(full, 3), noop_seconds=round(noop_seconds, 3), noop_technique=noop[0].technique,
             rows_read=report.rows_read, rows_inserted=report.rows_inserted, rows_deleted=report.rows_deleted,
+            phases=report.detail.get("phases", {}),
         )
     changed = {t: batch.counts(t) for t in SOURCES}
     return dict(index=index, floor_seconds=round(floor, 3), source_changes=changed, tables=tables)
