@@ -166,10 +166,7 @@ def run(engine, table, epoch: Epoch, *, full_refresh: bool = False) -> Report:
     inputs = input_ranges(engine, table, last, epoch)
     technique, reason = _decide(table, last, inputs, full_refresh, engine)
     if technique == RESCAN and table.strict and reason != "FIRST_RUN":
-        raise StrictModeError(
-            f"table {table.name!r} is strict and would need a rescan ({reason}) at epoch {epoch.key}; "
-            "refresh it with full_refresh=True to accept the rescan, or fix the cause"
-        )
+        raise _strict_refusal(table, reason, epoch)
     step = Step(
         seq=ledger.next_seq(steps),
         status=STARTED,
@@ -201,6 +198,13 @@ def run(engine, table, epoch: Epoch, *, full_refresh: bool = False) -> Report:
             )
         step = stored
     return _execute(engine, table, epoch, step, began)
+
+
+def _strict_refusal(table, reason: str, epoch: Epoch, done: str = "") -> StrictModeError:
+    return StrictModeError(
+        f"table {table.name!r} is strict and would need a rescan ({reason}) at epoch {epoch.key}; {done}"
+        "refresh it with full_refresh=True to accept the rescan, or fix the cause"
+    )
 
 
 def _abandon(table, step: Step, why: str) -> None:
@@ -253,10 +257,7 @@ def _execute(engine, table, epoch: Epoch, step: Step, began: float) -> Report:
             reason = problem.trigger.reason if isinstance(problem, rescan.Unreadable) else f"STATE_MISSING: {problem}"
             _abandon(table, step, f"found while computing the change: {reason}")
             if table.strict:
-                raise StrictModeError(
-                    f"table {table.name!r} is strict and would need a rescan ({reason}) at epoch {epoch.key}; "
-                    "nothing was written; refresh it with full_refresh=True to accept the rescan, or fix the cause"
-                ) from problem
+                raise _strict_refusal(table, reason, epoch, "nothing was written; ") from problem
             fresh = Step(**{**step.__dict__, "seq": table.ledger.next_seq(), "technique": RESCAN, "reason": reason})
             table.ledger.record(fresh)
             step = fresh
