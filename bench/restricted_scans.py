@@ -112,7 +112,9 @@ def main(argv=None) -> None:
     parser.add_argument("--warehouse", default=None, help="folder to use (default: a temporary one, removed)")
     args = parser.parse_args(argv)
 
-    spark = delta_spark_session(SparkSettings(shuffle_partitions=4, ui=False))
+    # scan descriptions name the table folder; Spark cuts them at 100 characters by default
+    spark = delta_spark_session(SparkSettings(shuffle_partitions=4, ui=False,
+                                              extra_conf={"spark.sql.maxMetadataStringLength": "1000"}))
     spark.sparkContext.setLogLevel("ERROR")
     base = args.warehouse or tempfile.mkdtemp(prefix="epochal-restrict-")
     try:
