@@ -77,18 +77,15 @@ class Context:
         """Read every changed scan's change batch once (persisted) and count it; a scan whose
         batch consolidates to nothing (updates of unread columns, changes filtered out) counts as
         unchanged, so the join terms and aggregates above it are never planned."""
-        from .rescan import delta_read_errors, unreadable
+        from .rescan import refusals
 
         for node in walk(self.plan):
             if isinstance(node, Scan) and self.changed(node):
                 rng = self.inputs[node.table]
-                try:
+                with refusals(f"the change data of {rng.kind} {rng.name!r} versions {rng.before + 1}..{rng.after}"):
                     batch = self.rule_for(node).delta(node, self).persist()  # a short plan: no cut needed
                     self.persisted.append(batch)
                     rows = batch.count()  # fills the cache: one job
-                except delta_read_errors() as error:
-                    raise unreadable(error, f"the change data of {rng.kind} {rng.name!r} versions "
-                                            f"{rng.before + 1}..{rng.after}") from error
                 self.rows_read += rows
                 self._deltas[id(node)] = batch if rows else None
                 self._changed[id(node)] = bool(rows)

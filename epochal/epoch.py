@@ -17,6 +17,7 @@ fixed by what step 3 recorded, and step 5 is idempotent.
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from functools import reduce
 from datetime import datetime
@@ -310,15 +311,16 @@ def _compute_and_write(engine, table, epoch: Epoch, step: Step, began: float) ->
             faults.point("after_read_changes", table.name)
             if not ctx.changed(plan):  # every change consolidated away: nothing to write
                 return _commit(table, step, engine, phases, began, rows_read=rows_read)
-            try:  # the epoch-start snapshots the delta rules read are Delta's to refuse, too
-                change = _incremental_change(table, ctx).persist()
-                inserted, deleted, writes = _figures_and_checks(change, state)
-            except rescan.delta_read_errors() as error:
-                raise rescan.unreadable(error, f"the inputs of {table.name!r} as of this epoch's start") from error
+            # the epoch-start snapshots the delta rules read (planned here, read below) are Delta's to refuse, too
+            refused = lambda: rescan.refusals(f"the inputs of {table.name!r} as of this epoch's start")  # noqa: E731
+            with refused():
+                change = _incremental_change(table, ctx)
             base, full = read_snapshot(spark, table.path, step.output_version, table.schema), None
         else:
             rows_read = 0
+            refused = nullcontext
             change, base, full = _rescan_change(engine, table, inputs, ctx)
+        with refused():
             change = change.persist()
             inserted, deleted, writes = _figures_and_checks(change, state)
         phases.mark("compute")

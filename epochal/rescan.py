@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from deltalake.exceptions import DeltaError
@@ -283,18 +284,19 @@ class Unreadable(EpochError):
         self.trigger = trigger
 
 
-def delta_read_errors() -> tuple[type[Exception], ...]:
+@contextmanager
+def refusals(what: str):
+    """Turn Delta's "this range cannot be read" errors (CDF_ERRORS, by condition code) raised in the
+    block into `Unreadable`, naming `what` was read; any other error propagates as it is."""
     from pyspark.errors import AnalysisException, IllegalArgumentException, UnsupportedOperationException
 
-    return AnalysisException, IllegalArgumentException, UnsupportedOperationException
-
-
-def unreadable(error: Exception, what: str) -> Exception:
-    """`Unreadable` for one of Delta's "this range cannot be read" conditions; else the error."""
-    condition = error.getCondition() if hasattr(error, "getCondition") else None
-    if condition not in CDF_ERRORS:
-        return error
-    return Unreadable(Trigger(CDF_ERRORS[condition], f"Delta cannot read {what} ({condition})"))
+    try:
+        yield
+    except (AnalysisException, IllegalArgumentException, UnsupportedOperationException) as error:
+        condition = error.getCondition() if hasattr(error, "getCondition") else None
+        if condition not in CDF_ERRORS:
+            raise
+        raise Unreadable(Trigger(CDF_ERRORS[condition], f"Delta cannot read {what} ({condition})")) from error
 
 
 # ---- state ---------------------------------------------------------------------------------------
