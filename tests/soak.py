@@ -165,6 +165,7 @@ def soak(args) -> int:
         if index > 0:
             generator.apply_batch(index, hour - timedelta(minutes=30))
             random_batch(root, rng, commits=rng.randint(0, 4), at=hour - timedelta(minutes=20))
+        written = time.monotonic()
         try:
             reports = engine.refresh(until=hour + timedelta(minutes=0 if index else 15))
         except Exception as error:  # noqa: BLE001 - a soak reports and stops
@@ -185,9 +186,9 @@ def soak(args) -> int:
         memory.sample()
         shown = Counter(r.technique for r in reports)
         rescans = [f"{r.table} ({r.reason.split(':')[0]})" for r in reports if r.technique == "rescan" and index > 0]
-        print(f"epoch {index:4d}: {dict(shown)}{' rescans ' + ', '.join(rescans) if rescans else ''}; refresh "
-              f"{refreshed - started:5.1f}s, check {time.monotonic() - refreshed:4.1f}s; mismatches so far "
-              f"{len(mismatches)}; {memory.line()}", flush=True)
+        print(f"epoch {index:4d}: {dict(shown)}{' rescans ' + ', '.join(rescans) if rescans else ''}; changes "
+              f"{written - started:4.1f}s, refresh {refreshed - written:5.1f}s, check "
+              f"{time.monotonic() - refreshed:4.1f}s; mismatches so far {len(mismatches)}; {memory.line()}", flush=True)
         if mismatches and args.stop_on_mismatch:
             break
 
