@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
-from functools import reduce
+from functools import partial, reduce
 from datetime import datetime
 
 from pyspark.sql import DataFrame
@@ -312,7 +312,7 @@ def _compute_and_write(engine, table, epoch: Epoch, step: Step, began: float) ->
             if not ctx.changed(plan):  # every change consolidated away: nothing to write
                 return _commit(table, step, engine, phases, began, rows_read=rows_read)
             # the epoch-start snapshots the delta rules read (planned here, read below) are Delta's to refuse, too
-            refused = lambda: rescan.refusals(f"the inputs of {table.name!r} as of this epoch's start")  # noqa: E731
+            refused = partial(rescan.refusals, f"the inputs of {table.name!r} as of this epoch's start")
             with refused():
                 change = _incremental_change(table, ctx)
             base, full = read_snapshot(spark, table.path, step.output_version, table.schema), None
