@@ -25,7 +25,6 @@ from .state import COMPACT_AFTER, DELETE_FLAG, SEQ, StateStore, StateWrite, late
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
-MATERIALIZE_SOURCE = "spark.databricks.delta.merge.materializeSource"
 OP = "__op"
 
 # MERGE honours idempotent-write identities only through session confs; they are session-wide,
@@ -45,9 +44,10 @@ def commit_tag(table: str, seq: int, epoch: str, what: str) -> str:
 
 @contextmanager
 def write_identity(spark: SparkSession, app_id: str, seq: int, tag: str):
-    """Session confs for one MERGE: its idempotent-write identity and commit tag, and no source
-    materialization (our MERGE sources are deterministic time-travel reads, so Delta need not copy
-    them to guard against them changing between its two passes)."""
+    """Session confs for one MERGE: its idempotent-write identity and commit tag. Delta still
+    materializes the source (its default, `auto`): with materializeSource=none it refuses our
+    sources, which read persisted frames ("the source plan was cached while the MERGE operation
+    was running")."""
     confs = {TXN_APP_ID: app_id, TXN_VERSION: str(seq), USER_METADATA: tag}
     with _session_lock(spark):
         for key, value in confs.items():
