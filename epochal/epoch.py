@@ -29,7 +29,7 @@ from pyspark.sql.types import LongType
 from .changes import consolidate, quoted, read_snapshot
 from . import faults, rescan
 from .context import Context, InputRange
-from .deltalog import DeltaLog
+from .deltalog import DeltaLog, TableFiles
 from .errors import EpochError, StateInconsistent, StrictModeError
 from .graph import WEIGHT, walk
 from .ledger import ABANDONED, COMMITTED, STARTED, Step
@@ -39,7 +39,6 @@ from .writes import (
     apply_keyed,
     apply_multiset,
     commit_tag,
-    ensure_table,
     version_written,
     write_identity,
     write_state,
@@ -321,10 +320,13 @@ def _compute_and_write(engine, table, epoch: Epoch, step: Step, began: float) ->
             refused = nullcontext
             change, base, full = _rescan_change(engine, table, inputs, ctx)
         with refused():
-            change = change.persist()
+            change = change.persist() if change is not None else None
             inserted, deleted, writes = _figures_and_checks(change, state)
         phases.mark("compute")
-        output_version = _write_output(engine, table, step, change, base, full, inserted, deleted)
+        if full is not None:
+            output_version, inserted, deleted = _replace_output(engine, table, step, full)
+        else:
+            output_version = _write_output(engine, table, step, change, base, inserted, deleted)
         phases.mark("write output")
         faults.point("after_output_merge", table.name)
         state_versions = _write_states(engine, table, step, state, writes)
@@ -364,27 +366,30 @@ def _require_state_writes(ctx: Context) -> None:
 def _rescan_change(engine, table, inputs, ctx: Context | None):
     """Recompute in full and diff against the table's current contents (whatever they are, so a
     rescan also repairs a table a crashed or abandoned step left half-written). Returns (change,
-    base, full): `full` is set when the table's schema changes and it must be overwritten."""
+    base, full). A table that does not exist yet, or whose schema changes, gets `full` instead of
+    a change: the whole result is written once, with nothing to diff against."""
     spark = engine.spark
     columns = [f.name for f in table.schema.fields]
-    full = engine.output_frame(table, inputs, "after")
-    ensure_table(spark, table.path, table.schema, engine.storage_options)
-    current = spark.read.format("delta").load(table.path)
-    plus = full.select(*[F.col(quoted(c)) for c in columns], F.lit(1).cast(LongType()).alias(WEIGHT))
+    full = engine.output_frame(table, inputs, "after").select(*[F.col(quoted(c)) for c in columns])
     if ctx is not None:
         ctx.build_states()
+    if DeltaLog.open(table.path, engine.storage_options) is None:
+        return None, None, full
+    current = spark.read.format("delta").load(table.path)
     if [(f.name, f.dataType) for f in current.schema.fields] != [(f.name, f.dataType) for f in table.schema.fields]:
-        return plus, current, full
+        return None, current, full
+    plus = full.withColumn(WEIGHT, F.lit(1).cast(LongType()))
     minus = current.select(*[F.col(quoted(c)) for c in columns], F.lit(-1).cast(LongType()).alias(WEIGHT))
     return consolidate(plus.unionByName(minus)), current, None
 
 
-def _figures_and_checks(change: DataFrame, state: StateStore) -> tuple[int, int, list]:
+def _figures_and_checks(change: DataFrame | None, state: StateStore) -> tuple[int, int, list]:
     """One Spark job for the change's inserted and deleted row counts and every queued state
     merge's row count and consistency checks. The checks run before anything is written, so an
-    inconsistency leaves nothing half-written; merges with no rows are dropped."""
+    inconsistency leaves nothing half-written; merges with no rows are dropped. Without a change
+    (the output is replaced) the output's figures come from its write."""
     weight = F.col(WEIGHT)
-    parts = [change.agg(
+    parts = [] if change is None else [change.agg(
         F.sum(F.when(weight > 0, weight).otherwise(0)).alias("inserted"),
         F.sum(F.when(weight < 0, -weight).otherwise(0)).alias("deleted"),
     )]
@@ -395,6 +400,8 @@ def _figures_and_checks(change: DataFrame, state: StateStore) -> tuple[int, int,
             *[F.sum(F.when(F.expr(condition), 1).otherwise(0)).alias(f"bad{n}_{i}")
               for i, (_, condition) in enumerate(write.checks)],
         ))
+    if not parts:
+        return 0, 0, list(state.writes)
     figures = reduce(lambda a, b: a.crossJoin(b), parts).first()
     for n, write in enumerate(merges):
         for i, (problem, _) in enumerate(write.checks):
@@ -402,6 +409,8 @@ def _figures_and_checks(change: DataFrame, state: StateStore) -> tuple[int, int,
                 raise StateInconsistent(problem)
     empty = {id(write) for n, write in enumerate(merges) if not figures[f"rows{n}"]}
     kept = [write for write in state.writes if id(write) not in empty]
+    if change is None:
+        return 0, 0, kept
     return int(figures["inserted"] or 0), int(figures["deleted"] or 0), kept
 
 
@@ -409,7 +418,7 @@ def _tag(table, step: Step, what: str) -> str:
     return commit_tag(table.name, step.seq, step.epoch, what)
 
 
-def _write_output(engine, table, step: Step, change: DataFrame, base: DataFrame, full, inserted: int,
+def _write_output(engine, table, step: Step, change: DataFrame, base: DataFrame, inserted: int,
                   deleted: int) -> int:
     spark = engine.spark
     columns = [f.name for f in table.schema.fields]
@@ -420,9 +429,7 @@ def _write_output(engine, table, step: Step, change: DataFrame, base: DataFrame,
     # latest (from the start when the table was recreated since).
     since = step.output_version + 1 if 0 <= step.output_version <= previous else 0
     app, tag = f"epochal/{table.name}", _tag(table, step, "output")
-    if full is not None:
-        writer(full, app, step.seq, tag).mode("overwrite").option("overwriteSchema", "true").save(table.path)
-    elif inserted or deleted:
+    if inserted or deleted:
         identity = write_identity(spark, app, step.seq, tag)
         if table.key is not None and step.technique == INCREMENTAL:
             apply_keyed(spark, table.path, change, columns, [columns[i] for i in table.key], identity)
@@ -431,6 +438,25 @@ def _write_output(engine, table, step: Step, change: DataFrame, base: DataFrame,
                            lambda frame: writer(frame, app, step.seq, tag), has_deletes=deleted > 0)
     written = version_written(table.path, table.name, step.seq, "output", since, engine.storage_options)
     return written if written is not None else max(previous, step.output_version)
+
+
+def _replace_output(engine, table, step: Step, full: DataFrame) -> tuple[int, int, int]:
+    """Write the full result as the table's whole contents: its first commit (created with the
+    change data feed on; Delta makes every column nullable) or an overwrite when its schema
+    changed. Returns the version written and the rows it inserted and deleted, from the commit."""
+    log = DeltaLog.open(table.path, engine.storage_options)
+    previous = log.version if log is not None else -1
+    since = step.output_version + 1 if 0 <= step.output_version <= previous else 0
+    app, tag = f"epochal/{table.name}", _tag(table, step, "output")
+    (writer(full, app, step.seq, tag).mode("overwrite").option("overwriteSchema", "true")
+     .option("delta.enableChangeDataFeed", "true").save(table.path))
+    written = version_written(table.path, table.name, step.seq, "output", since, engine.storage_options)
+    if written is None:
+        raise EpochError(f"table {table.name!r}: the write of step {step.seq} is not in the table's history "
+                         "(an engine defect: please report it)")
+    commit = TableFiles(table.path, engine.storage_options).commit(written)
+    inserted = int(commit.metrics.get("numOutputRows", 0)) if commit is not None else 0
+    return written, inserted, _row_count(table.path, written - 1, engine.storage_options)
 
 
 def _write_states(engine, table, step: Step, state: StateStore, writes: list) -> dict[str, int]:

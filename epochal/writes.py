@@ -14,7 +14,7 @@ from contextlib import contextmanager
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import LongType, StructField, StructType
+from pyspark.sql.types import LongType
 
 from .changes import quoted, null_safe_on
 from .deltalog import DeltaLog
@@ -81,20 +81,6 @@ def version_written(path: str, table: str, seq: int, what: str, since: int, stor
         if tag.get("table") == table and tag.get("seq") == seq and tag.get("write") == what:
             return commit.version
     return None
-
-
-def ensure_table(spark: SparkSession, path: str, schema: StructType, storage_options=None) -> None:
-    """Create the derived table (empty, change data feed on) unless it exists."""
-    if DeltaLog.open(path, storage_options) is not None:
-        return
-    nullable = StructType([StructField(field.name, field.dataType, True) for field in schema.fields])
-    (
-        spark.createDataFrame([], nullable)
-        .write.format("delta")
-        .mode("ignore")
-        .option("delta.enableChangeDataFeed", "true")
-        .save(path)
-    )
 
 
 def _merge_condition(columns: list[str], target: str = "t", source: str = "s") -> str:
