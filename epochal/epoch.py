@@ -5,9 +5,11 @@
    reason. A step a crash interrupted is finished first, exactly as it was started.
 3. Record the step as `started` in the ledger: its epoch, technique and the input versions it reads.
 4. Compute the output change from the delta rules, reading state as of the previous step's ledger
-   versions; or, for a rescan, recompute in full and diff against the table.
-5. Write: one MERGE into the derived table, then the state tables; each with its idempotent-write
-   identity (app id, seq), so a rerun skips what a crashed run wrote.
+   versions; or, for a rescan, recompute in full and diff against the table (a table that does
+   not exist yet, or whose schema changed, gets the full result instead, with nothing to diff).
+5. Write: one MERGE into the derived table (or, for a full result, one overwrite that creates
+   it), then the state tables; each with its idempotent-write identity (app id, seq), so a rerun
+   skips what a crashed run wrote.
 6. Record the step as `committed`, with the versions written.
 
 A crash anywhere followed by a rerun gives the state of an uninterrupted run: what step 4 reads is
