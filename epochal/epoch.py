@@ -404,33 +404,36 @@ def _figures_and_checks(change: DataFrame | None, state: StateStore) -> tuple[in
         ))
     if not parts:
         return 0, 0, list(state.writes)
-    figures = reduce(lambda a, b: a.crossJoin(b), parts).first()
+    figures = reduce(lambda a, b: a.crossJoin(b), parts).first().asDict()
     for n, write in enumerate(merges):
         for i, (problem, _) in enumerate(write.checks):
             if figures[f"bad{n}_{i}"]:
                 raise StateInconsistent(problem)
     empty = {id(write) for n, write in enumerate(merges) if not figures[f"rows{n}"]}
     kept = [write for write in state.writes if id(write) not in empty]
-    if change is None:
-        return 0, 0, kept
-    return int(figures["inserted"] or 0), int(figures["deleted"] or 0), kept
+    return int(figures.get("inserted") or 0), int(figures.get("deleted") or 0), kept
 
 
 def _tag(table, step: Step, what: str) -> str:
     return commit_tag(table.name, step.seq, step.epoch, what)
 
 
+def _output_target(engine, table, step: Step) -> tuple[int, int, str, str]:
+    """(the table's latest version, the version to look for the step's commit from, the write's
+    app id and tag). A run of this step a crash interrupted may have written already (the write
+    is then skipped): its commit is after the version the step started from, not necessarily the
+    latest (from the start when the table was recreated since)."""
+    log = DeltaLog.open(table.path, engine.storage_options)
+    previous = log.version if log is not None else -1
+    since = step.output_version + 1 if 0 <= step.output_version <= previous else 0
+    return previous, since, f"epochal/{table.name}", _tag(table, step, "output")
+
+
 def _write_output(engine, table, step: Step, change: DataFrame, base: DataFrame, inserted: int,
                   deleted: int) -> int:
     spark = engine.spark
     columns = [f.name for f in table.schema.fields]
-    log = DeltaLog.open(table.path, engine.storage_options)
-    previous = log.version if log is not None else -1
-    # A run of this step a crash interrupted may have written already (the write below is then
-    # skipped): look for the step's commit after the version the step started from, not the
-    # latest (from the start when the table was recreated since).
-    since = step.output_version + 1 if 0 <= step.output_version <= previous else 0
-    app, tag = f"epochal/{table.name}", _tag(table, step, "output")
+    previous, since, app, tag = _output_target(engine, table, step)
     if inserted or deleted:
         identity = write_identity(spark, app, step.seq, tag)
         if table.key is not None and step.technique == INCREMENTAL:
@@ -446,10 +449,7 @@ def _replace_output(engine, table, step: Step, full: DataFrame) -> tuple[int, in
     """Write the full result as the table's whole contents: its first commit (created with the
     change data feed on; Delta makes every column nullable) or an overwrite when its schema
     changed. Returns the version written and the rows it inserted and deleted, from the commit."""
-    log = DeltaLog.open(table.path, engine.storage_options)
-    previous = log.version if log is not None else -1
-    since = step.output_version + 1 if 0 <= step.output_version <= previous else 0
-    app, tag = f"epochal/{table.name}", _tag(table, step, "output")
+    _, since, app, tag = _output_target(engine, table, step)
     (writer(full, app, step.seq, tag).mode("overwrite").option("overwriteSchema", "true")
      .option("delta.enableChangeDataFeed", "true").save(table.path))
     written = version_written(table.path, table.name, step.seq, "output", since, engine.storage_options)
