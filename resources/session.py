@@ -106,8 +106,9 @@ def delta_spark_session(settings: SparkSettings | None = None):
 
 
 if __name__ == "__main__":  # `python -m resources.session`: resolve the JARs once, loudly
+    import tempfile
+
     session = delta_spark_session()
-    session.range(1).write.format("delta").mode("overwrite").save(
-        os.path.join(os.environ.get("TMPDIR", "/tmp"), "epochal-delta-check")
-    )
+    with tempfile.TemporaryDirectory(prefix="epochal-delta-check-") as folder:  # own folder: setups may run at once
+        session.range(1).write.format("delta").save(os.path.join(folder, "check"))
     print(f"Spark {session.version} with {delta_artifact()}: ok")
