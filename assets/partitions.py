@@ -73,7 +73,7 @@ class PartitionOutcome:
         step = self.step
         window = f"{self.window.start:%Y-%m-%d %H:%M}–{self.window.end:%H:%M} UTC"
         if step.technique == "rescan":
-            how = f"rescan ({step.reason}): recomputed in full and wrote the difference"
+            how = f"rescan ({step.reason}): recomputed in full and wrote what differs from the table (all of it for a new table)"
         elif step.technique == "noop":
             how = "noop: no input changed, so no Spark job ran and nothing was written"
         else:
