@@ -375,11 +375,11 @@ def _rescan_change(engine, table, inputs, ctx: Context | None):
     full = engine.output_frame(table, inputs, "after").select(*[F.col(quoted(c)) for c in columns])
     if ctx is not None:
         ctx.build_states()
-    if DeltaLog.open(table.path, engine.storage_options) is None:
+    exists = DeltaLog.open(table.path, engine.storage_options) is not None
+    current = spark.read.format("delta").load(table.path) if exists else None
+    if current is None or [(f.name, f.dataType) for f in current.schema.fields] != [
+            (f.name, f.dataType) for f in table.schema.fields]:
         return None, None, full
-    current = spark.read.format("delta").load(table.path)
-    if [(f.name, f.dataType) for f in current.schema.fields] != [(f.name, f.dataType) for f in table.schema.fields]:
-        return None, current, full
     plus = full.withColumn(WEIGHT, F.lit(1).cast(LongType()))
     minus = current.select(*[F.col(quoted(c)) for c in columns], F.lit(-1).cast(LongType()).alias(WEIGHT))
     return consolidate(plus.unionByName(minus)), current, None
