@@ -42,6 +42,7 @@ from .reclock import Epoch, Remap, Source
 from .rescan import Triggers
 from .warehouse import Warehouse, check_name
 
+DRIVER_ROWS = 50_000  # see driver_commits.py and bench/driver_commits.py for the measurement
 DELTA_FORBIDDEN = re.compile(r"[ ,;{}()\n\t=]")
 
 
@@ -98,12 +99,15 @@ class Engine:
         storage_options: dict[str, str] | None = None,
         strict: bool = False,
         broadcast_rows: int = 200_000,
+        driver_rows: int = DRIVER_ROWS,
         parallelism: int = 2,
         rescan_fraction: float | None = None,
         passes: Sequence[str] | None = None,
     ):
         """`rescan_fraction`: rescan (reason COST) when an epoch changes more than this fraction
-        of a table's input rows (None: never for cost). `passes`: the optimizer passes to apply
+        of a table's input rows (None: never for cost). `driver_rows`: changes of at most this
+        many rows are committed on the driver through delta-rs (driver_commits.py), larger ones
+        by Spark (0: always Spark). `passes`: the optimizer passes to apply
         (names from epochal.optimize.PASSES; None: all, (): the naive plan), to compare plans."""
         self.spark = spark
         self.triggers = Triggers(rescan_fraction)
@@ -114,6 +118,7 @@ class Engine:
         self.storage_options = storage_options
         self.strict = strict
         self.broadcast_rows = broadcast_rows
+        self.driver_rows = driver_rows
         self.run_id = uuid.uuid4().hex
         self.remap = Remap(self.warehouse.engine_path("remap"), storage_options, self.run_id)
         self.sources: dict[str, Source] = {}

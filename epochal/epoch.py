@@ -37,10 +37,14 @@ from .graph import WEIGHT, walk
 from .ledger import ABANDONED, COMMITTED, STARTED, Step
 from .reclock import Epoch
 from .state import StateMissing, StateStore
+from . import driver_commits
+from .driver_commits import OP
 from .writes import (
     apply_keyed,
     apply_multiset,
     commit_tag,
+    keyed_source,
+    multiset_source,
     version_written,
     write_identity,
     write_state,
@@ -232,12 +236,13 @@ def _ranges_of(engine, table, step: Step) -> dict[str, InputRange]:
 
 
 def _conflicts() -> tuple[type[Exception], ...]:
-    """Delta's commit-conflict exceptions. In delta-spark's Python API the specific ones
-    (ConcurrentAppendException, ProtocolChangedException, ...) do not derive from
-    DeltaConcurrentModificationException, so each is named."""
+    """Delta's commit-conflict exceptions: Spark's (in delta-spark's Python API the specific ones,
+    ConcurrentAppendException, ProtocolChangedException, ..., do not derive from
+    DeltaConcurrentModificationException, so each is named) and delta-rs's for driver commits."""
     from delta import exceptions
+    from deltalake.exceptions import CommitFailedError
 
-    return tuple(getattr(exceptions, name) for name in exceptions.__all__)
+    return tuple(getattr(exceptions, name) for name in exceptions.__all__) + (CommitFailedError,)
 
 
 def _committed(table, step: Step) -> Step | None:
@@ -409,7 +414,9 @@ def _figures_and_checks(change: DataFrame | None, state: StateStore) -> tuple[in
         for i, (problem, _) in enumerate(write.checks):
             if figures[f"bad{n}_{i}"]:
                 raise StateInconsistent(problem)
-    empty = {id(write) for n, write in enumerate(merges) if not figures[f"rows{n}"]}
+    for n, write in enumerate(merges):
+        write.rows = int(figures[f"rows{n}"])
+    empty = {id(write) for write in merges if not write.rows}
     kept = [write for write in state.writes if id(write) not in empty]
     return int(figures.get("inserted") or 0), int(figures.get("deleted") or 0), kept
 
@@ -431,16 +438,40 @@ def _output_target(engine, table, step: Step) -> tuple[int, int, str, str]:
 
 def _write_output(engine, table, step: Step, change: DataFrame, base: DataFrame, inserted: int,
                   deleted: int) -> int:
+    """Apply the change: keyed (incremental steps of a table with a unique key) or as a multiset;
+    committed on the driver when it has at most `engine.driver_rows` rows, else by Spark."""
     spark = engine.spark
     columns = [f.name for f in table.schema.fields]
     previous, since, app, tag = _output_target(engine, table, step)
     if inserted or deleted:
-        identity = write_identity(spark, app, step.seq, tag)
-        if table.key is not None and step.technique == INCREMENTAL:
-            apply_keyed(spark, table.path, change, columns, [columns[i] for i in table.key], identity)
+        keyed = table.key is not None and step.technique == INCREMENTAL
+        key = [columns[i] for i in table.key] if keyed else None
+        if keyed:
+            source, persisted = keyed_source(change, columns, key), []
         else:
-            apply_multiset(spark, table.path, change, columns, base, identity,
-                           lambda frame: writer(frame, app, step.seq, tag), has_deletes=deleted > 0)
+            source, persisted = multiset_source(change, columns, base if deleted else None)
+        try:
+            if inserted + deleted <= engine.driver_rows:
+                target = driver_commits.open_unwritten(table.path, app, step.seq, engine.storage_options)
+                if target is None:
+                    pass  # a crashed run of this step wrote it
+                elif keyed:
+                    driver_commits.merge_keyed(target, source.toArrow(), columns, key, app, step.seq, tag)
+                elif deleted:
+                    driver_commits.merge_multiset(target, source.toArrow(), columns, app, step.seq, tag)
+                else:
+                    driver_commits.append(target, source.drop(OP).toArrow(), app, step.seq, tag,
+                                          engine.storage_options)
+            else:
+                identity = write_identity(spark, app, step.seq, tag)
+                if keyed:
+                    apply_keyed(spark, table.path, source, columns, key, identity)
+                else:
+                    apply_multiset(spark, table.path, source, columns, identity,
+                                   lambda frame: writer(frame, app, step.seq, tag), has_deletes=deleted > 0)
+        finally:
+            for frame in persisted:
+                frame.unpersist()
     written = version_written(table.path, table.name, step.seq, "output", since, engine.storage_options)
     return written if written is not None else max(previous, step.output_version)
 
@@ -471,7 +502,7 @@ def _write_states(engine, table, step: Step, state: StateStore, writes: list) ->
         recorded = state.versions.get(write.name)
         since = recorded + 1 if recorded is not None and log is not None and log.version >= recorded else 0
         app, tag = f"epochal/{table.name}/{write.name}", _tag(table, step, write.name)
-        write_state(engine.spark, state, write, step.seq, lambda frame, a=app, t=tag: writer(frame, a, step.seq, t))
+        write_state(engine.spark, state, write, step.seq, app, tag, engine.driver_rows)
         found = version_written(path, table.name, step.seq, write.name, since, engine.storage_options)
         latest = log.version if log is not None else -1
         versions[write.name] = found if found is not None else state.versions.get(write.name, latest)

@@ -43,6 +43,7 @@ class StateWrite:
     keys: tuple[str, ...] = ()
     mode: str = "merge"  # "merge": upsert rows, delete rows with DELETE_FLAG; "overwrite": replace
     checks: tuple[tuple[str, str], ...] = ()
+    rows: int | None = None  # counted before writing (merges only)
 
 
 def latest(raw: DataFrame, keys: list[str]) -> DataFrame:

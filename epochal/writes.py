@@ -16,7 +16,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType
 
+from . import driver_commits
 from .changes import quoted, null_safe_on
+from .driver_commits import OP
 from .deltalog import DeltaLog
 from .errors import StateInconsistent
 from .graph import WEIGHT
@@ -25,7 +27,6 @@ from .state import COMPACT_AFTER, DELETE_FLAG, SEQ, StateStore, StateWrite, late
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
-OP = "__op"
 
 # MERGE honours idempotent-write identities only through session confs; they are session-wide,
 # so writes through one session take turns (table steps run in parallel use child sessions).
@@ -87,17 +88,22 @@ def _merge_condition(columns: list[str], target: str = "t", source: str = "s") -
     return " AND ".join(f"{target}.{quoted(c)} <=> {source}.{quoted(c)}" for c in columns) or "true"
 
 
-def apply_keyed(spark, path: str, change: DataFrame, columns: list[str], key: list[str], identity) -> None:
-    """MERGE a change with at most one -row and one +row per key: update, insert or delete."""
-    from delta.tables import DeltaTable
-
+def keyed_source(change: DataFrame, columns: list[str], key: list[str]) -> DataFrame:
+    """A keyed change as MERGE source rows: `upsert` for each +row, `delete` for each -row whose
+    key has no +row (at most one -row and one +row per key)."""
     plus = change.filter(F.col(WEIGHT) > 0)
     minus = change.filter(F.col(WEIGHT) < 0)
     plus_keys = plus.select(*[F.col(quoted(k)).alias(f"__k{i}") for i, k in enumerate(key)])
     only_minus = minus.join(plus_keys, null_safe_on(minus, plus_keys, [(k, f"__k{i}") for i, k in enumerate(key)]), "left_anti")
-    source = plus.select(*[F.col(quoted(c)) for c in columns], F.lit("upsert").alias(OP)).unionByName(
+    return plus.select(*[F.col(quoted(c)) for c in columns], F.lit("upsert").alias(OP)).unionByName(
         only_minus.select(*[F.col(quoted(c)) for c in columns], F.lit("delete").alias(OP))
     )
+
+
+def apply_keyed(spark, path: str, source: DataFrame, columns: list[str], key: list[str], identity) -> None:
+    """Spark MERGE of a keyed_source: update, insert or delete by key."""
+    from delta.tables import DeltaTable
+
     values = {quoted(c): F.col(f"s.{quoted(c)}") for c in columns}
     with identity:
         (
@@ -110,35 +116,44 @@ def apply_keyed(spark, path: str, change: DataFrame, columns: list[str], key: li
         )
 
 
-def apply_multiset(spark, path: str, change: DataFrame, columns: list[str], base: DataFrame, identity,
-                   append_writer, has_deletes: bool = True) -> None:
-    """Apply a change to a table that may hold duplicate rows: a row whose multiplicity drops from
-    n to m is deleted (one delete-marker source row matches all its copies) and m copies are
-    inserted (insert rows never match). Inserts alone are a plain append."""
-    from delta.tables import DeltaTable
-
+def multiset_source(change: DataFrame, columns: list[str], base: DataFrame | None) -> tuple[DataFrame, list[DataFrame]]:
+    """A change to a table that may hold duplicate rows as MERGE source rows: a row whose
+    multiplicity drops from n to m gets one `delete` row (matching all its n copies) and m
+    `insert` rows; a +row gets one `insert` row per copy. Without deletes (`base` None) only
+    `insert` rows. Returns the source and the frames it persisted (to release after the write)."""
+    keep = [F.col(quoted(c)) for c in columns]
     plus = change.filter(F.col(WEIGHT) > 0)
+    if base is None:
+        copies = plus.select(*keep, F.explode(F.sequence(F.lit(1), F.col(WEIGHT))).alias("__copy"))
+        return copies.select(*keep, F.lit("insert").alias(OP)), []
     minus = change.filter(F.col(WEIGHT) < 0)
-    if not has_deletes:
-        copies = plus.select(*[F.col(quoted(c)) for c in columns], F.explode(F.sequence(F.lit(1), F.col(WEIGHT))).alias("__copy"))
-        append_writer(copies.drop("__copy")).mode("append").save(path)
-        return
-    counts = base.groupBy(*[F.col(quoted(c)) for c in columns]).agg(F.count(F.lit(1)).alias("__n"))
+    counts = base.groupBy(*keep).agg(F.count(F.lit(1)).alias("__n"))
     counts = counts.select(*[F.col(quoted(c)).alias(f"__b{i}") for i, c in enumerate(columns)], "__n")
     minus = minus.join(counts, null_safe_on(minus, counts, [(c, f"__b{i}") for i, c in enumerate(columns)]), "left")
     remaining = F.coalesce(F.col("__n"), F.lit(0)).cast(LongType()) + F.col(WEIGHT)
     minus = minus.withColumn("__m", remaining).persist()
-    # count, not isEmpty: the cache must be complete before MERGE reads it (Delta refuses a source
-    # that is cached while it runs)
+    # count, not isEmpty: the cache must be complete before a Spark MERGE reads it (Delta refuses a
+    # source that is cached while it runs)
     if minus.filter(F.col("__m") < 0).count():
-        raise StateInconsistent(f"{path}: the change deletes more copies of a row than the table holds")
-    keep = [F.col(quoted(c)) for c in columns]
+        minus.unpersist()
+        raise StateInconsistent("the change deletes more copies of a row than the table holds")
     markers = minus.select(*keep, F.lit("delete").alias(OP))
     inserts = plus.select(*keep, F.col(WEIGHT).alias("__times")).unionByName(
         minus.filter(F.col("__m") > 0).select(*keep, F.col("__m").alias("__times"))
     )
     inserts = inserts.select(*keep, F.explode(F.sequence(F.lit(1), F.col("__times"))).alias("__copy"))
-    source = markers.unionByName(inserts.select(*keep, F.lit("insert").alias(OP)))
+    return markers.unionByName(inserts.select(*keep, F.lit("insert").alias(OP))), [minus]
+
+
+def apply_multiset(spark, path: str, source: DataFrame, columns: list[str], identity, append_writer,
+                   has_deletes: bool = True) -> None:
+    """Spark write of a multiset_source: a plain append without deletes, else a MERGE in which
+    `delete` rows match every copy of their row and `insert` rows never match."""
+    from delta.tables import DeltaTable
+
+    if not has_deletes:
+        append_writer(source.drop(OP)).mode("append").save(path)
+        return
     values = {quoted(c): F.col(f"s.{quoted(c)}") for c in columns}
     with identity:
         (
@@ -148,23 +163,32 @@ def apply_multiset(spark, path: str, change: DataFrame, columns: list[str], base
             .whenNotMatchedInsert(condition=f"s.{OP} = 'insert'", values=values)
             .execute()
         )
-    minus.unpersist()
 
 
-def write_state(spark, store: StateStore, write: StateWrite, seq: int, state_writer) -> None:
+def write_state(spark, store: StateStore, write: StateWrite, seq: int, app_id: str, tag: str,
+                driver_rows: int = 0) -> bool:
     """Append the write's rows tagged with `seq` (log-structured state, see state.py); replace the
-    table for a rebuild, or with its compacted contents once enough appends have piled up."""
+    table for a rebuild, or with its compacted contents once enough appends have piled up. An
+    append of at most `driver_rows` rows (counted before, in `write.rows`) is committed on the
+    driver (driver_commits.py); returns whether it was."""
     path = store.path(write.name)
     frame = write.frame
     if DELETE_FLAG not in frame.columns:
         frame = frame.withColumn(DELETE_FLAG, F.lit(False))
     rows = frame.withColumn(SEQ, F.lit(seq).cast(LongType()))
     if write.mode == "overwrite" or DeltaLog.open(path, store.storage_options) is None:
-        state_writer(rows.filter(~F.col(DELETE_FLAG))).mode("overwrite").option("overwriteSchema", "true").save(path)
-    elif store.appends_since_compaction(write.name) >= COMPACT_AFTER:
+        writer(rows.filter(~F.col(DELETE_FLAG)), app_id, seq, tag).mode("overwrite").option("overwriteSchema", "true").save(path)
+        return False
+    if store.appends_since_compaction(write.name) >= COMPACT_AFTER:
         earlier = spark.read.format("delta").option("versionAsOf", store.versions[write.name]).load(path)
         compacted = latest(earlier.unionByName(rows), list(write.keys))
         compacted = compacted.withColumn(DELETE_FLAG, F.lit(False)).withColumn(SEQ, F.lit(seq).cast(LongType()))
-        state_writer(compacted).mode("overwrite").save(path)
-    else:
-        state_writer(rows).mode("append").save(path)
+        writer(compacted, app_id, seq, tag).mode("overwrite").save(path)
+        return False
+    if write.rows is not None and write.rows <= driver_rows:
+        table = driver_commits.open_unwritten(path, app_id, seq, store.storage_options)
+        if table is not None:
+            driver_commits.append(table, rows.toArrow(), app_id, seq, tag, store.storage_options)
+        return True
+    writer(rows, app_id, seq, tag).mode("append").save(path)
+    return False

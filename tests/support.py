@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from decimal import Decimal
+from datetime import datetime, timezone
 
 from delta.tables import DeltaTable
 
@@ -17,8 +17,8 @@ def _normalize(value):
         if math.isnan(value) or math.isinf(value):
             return value
         return float(f"{value:.9g}")  # relative tolerance of ~1e-9
-    if isinstance(value, Decimal):
-        return value
+    if isinstance(value, datetime) and value.tzinfo is not None:  # delta-rs: aware; Spark: naive, session zone UTC
+        return value.astimezone(timezone.utc).replace(tzinfo=None)
     return value
 
 
@@ -111,6 +111,56 @@ class SyntheticSource:
 
     def rows(self) -> list[tuple]:
         return [tuple(row) for row in self.spark.read.format("delta").load(self.path).collect()]
+
+
+INSERTED = ("insert", "update_postimage")
+
+
+def _bag(table) -> Counter:
+    import pyarrow as pa
+
+    data = pa.table(table)
+    names = [n for n in data.column_names if not n.startswith("_")]
+    return Counter(tuple(_normalize(row[n]) for n in names) for row in data.to_pylist())
+
+
+def feed_problems(path: str, spark=None, first: int = 1) -> list[str]:
+    """Versions (from `first`) whose change data feed differs from the bag difference of the
+    table's versions around it, duplicates and NULLs included: what a downstream table reads must
+    be exactly what changed. The versions are read by delta-rs; the feed by Spark when `spark` is
+    given (what the engine reads), else by delta-rs."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    latest = DeltaTable(path).version()
+    if latest < first:
+        return []
+    recorded: dict[int, Counter] = {}
+    if spark is not None:
+        feed = (spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", first)
+                .option("endingVersion", latest).load(path))
+        names = [c for c in feed.columns if not c.startswith("_")]
+        for row in feed.collect():
+            counter = recorded.setdefault(row["_commit_version"], Counter())
+            counter[tuple(_normalize(row[n]) for n in names)] += 1 if row["_change_type"] in INSERTED else -1
+    else:
+        data = pa.table(DeltaTable(path).load_cdf(starting_version=first, ending_version=latest).read_all())
+        names = [n for n in data.column_names if not n.startswith("_")]
+        for row in data.to_pylist():
+            counter = recorded.setdefault(row["_commit_version"], Counter())
+            counter[tuple(_normalize(row[n]) for n in names)] += 1 if row["_change_type"] in INSERTED else -1
+    problems = []
+    before = _bag(DeltaTable(path, version=first - 1).to_pyarrow_table()) if first > 0 else Counter()
+    for version in range(first, latest + 1):
+        after = _bag(DeltaTable(path, version=version).to_pyarrow_table())
+        expected = Counter(after)
+        expected.subtract(before)
+        got = recorded.get(version, Counter())
+        if +expected != +got or -expected != -got:
+            problems.append(f"{path} version {version}: versions differ by {dict(+expected)} / -{dict(-expected)}, "
+                            f"the feed records {dict(+got)} / -{dict(-got)}")
+        before = after
+    return problems
 
 
 SUMMARIES: list[str] = []  # figures tests want shown after the run (see conftest.pytest_terminal_summary)

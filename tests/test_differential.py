@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from epochal import Engine
-from tests.support import SyntheticSource, assert_matches_recompute, sql_equals, sql_literal
+from tests.support import SyntheticSource, assert_matches_recompute, feed_problems, sql_equals, sql_literal
 
 KEYS = st.one_of(st.none(), st.integers(0, 4))
 GROUPS = st.sampled_from([None, "x", "y", "z"])
@@ -144,6 +144,10 @@ def run_epochs(spark, warehouse: str, definitions: dict[str, str], epochs) -> No
             assert {r.technique for r in reports} == {"noop"}
             continue
         assert_matches_recompute(engine, context=f"after epoch {number}: a {a_ops} b {b_ops}")
+    # what downstream tables read: every version the engine wrote (by Spark or on the driver) has a
+    # change feed equal to the bag difference of the versions around it
+    problems = [p for name in engine.tables() for p in feed_problems(engine.table(name).path, spark)]
+    assert not problems, "\n".join(problems)
 
 
 EXAMPLES = int(os.environ.get("EPOCHAL_EXAMPLES", "2"))  # `make soak` raises it

@@ -1,0 +1,146 @@
+"""Driver commits (epochal/driver_commits.py): change-sized writes through delta-rs must leave the
+table equal to the applied change and record a change data feed equal to the bag difference of
+the versions around each commit (read by Spark, as downstream tables read it), with duplicate
+rows and NULLs, for both shapes the engine writes: keyed (MERGE by a unique key) and multiset
+(delete every copy of a row, insert the copies that remain; appends when nothing is deleted).
+The tables are created by Spark, as the engine's first write creates them."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections import Counter
+from decimal import Decimal
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pyspark.sql.types import LongType, StructField, StructType
+
+from epochal import driver_commits
+from epochal.graph import WEIGHT
+from epochal.writes import keyed_source, multiset_source
+from tests.support import as_multiset, feed_problems
+
+SCHEMA = "k int, g string, d decimal(10,2)"
+COLUMNS = ["k", "g", "d"]
+ROW = st.tuples(st.one_of(st.none(), st.integers(0, 3)), st.sampled_from([None, "x", "Y"]),
+                st.one_of(st.none(), st.sampled_from([Decimal("1.50"), Decimal("-2.25")])))
+INITIAL = [(1, "x", Decimal("1.50")), (1, "x", Decimal("1.50")), (None, None, None), (2, "Y", None)]
+SETTINGS = settings(max_examples=int(os.environ.get("EPOCHAL_EXAMPLES", "2")) * 3, deadline=None, derandomize=True,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+
+def _create(spark, root: str, rows) -> str:
+    path = f"{root}/{uuid.uuid4().hex[:8]}"
+    spark.createDataFrame(rows, SCHEMA).write.format("delta").option("delta.enableChangeDataFeed", "true").save(path)
+    return path
+
+
+def _change_frame(spark, weights: Counter):
+    schema = StructType(list(spark.createDataFrame([], SCHEMA).schema.fields) + [StructField(WEIGHT, LongType())])
+    return spark.createDataFrame([(*row, weight) for row, weight in weights.items() if weight], schema)
+
+
+@st.composite
+def multiset_changes(draw):
+    """Three changes, each deleting some copies of rows the table holds and inserting new ones."""
+    held = Counter(INITIAL)
+    changes = []
+    for _ in range(3):
+        change = Counter()
+        for row in draw(st.lists(st.sampled_from(sorted(held, key=repr)), max_size=3, unique=True)) if held else []:
+            change[row] -= draw(st.integers(1, held[row]))
+        for row in draw(st.lists(ROW, max_size=3)):
+            change[row] += 1
+        change = Counter({row: w for row, w in change.items() if w})
+        held.update(change)
+        held = Counter({row: n for row, n in held.items() if n > 0})
+        changes.append(change)
+    return changes
+
+
+@SETTINGS
+@given(changes=multiset_changes())
+def test_multiset_commits_apply_the_change_and_record_it_exactly(spark, tmp_path_factory, changes):
+    root = str(tmp_path_factory.mktemp("multiset"))
+    path = _create(spark, root, INITIAL)
+    expected = Counter(INITIAL)
+    for seq, change in enumerate(changes, start=1):
+        deletes = any(w < 0 for w in change.values())
+        base = spark.read.format("delta").load(path) if deletes else None
+        source, persisted = multiset_source(_change_frame(spark, change), COLUMNS, base)
+        table = driver_commits.open_unwritten(path, "test/multiset", seq)
+        if deletes:
+            driver_commits.merge_multiset(table, source.toArrow(), COLUMNS, "test/multiset", seq, "tag")
+        else:
+            driver_commits.append(table, source.drop(driver_commits.OP).toArrow(), "test/multiset", seq, "tag")
+        for frame in persisted:
+            frame.unpersist()
+        expected.update(change)
+        assert as_multiset(spark.read.format("delta").load(path)) == +expected
+    assert not feed_problems(path, spark)
+
+
+@st.composite
+def keyed_changes(draw):
+    """Three changes to a table keyed by k: updates (-old +new), inserts of new keys, deletes."""
+    held = {1: (1, "x", Decimal("1.50")), None: (None, None, None), 2: (2, "Y", None)}
+    changes = []
+    for _ in range(3):
+        change = Counter()
+        for key in draw(st.lists(st.sampled_from([None, 0, 1, 2, 3]), max_size=3, unique=True)):
+            new = (key, *draw(ROW)[1:]) if draw(st.booleans()) else None
+            old = held.get(key)
+            if old == new:
+                continue
+            if old is not None:
+                change[old] -= 1
+                del held[key]
+            if new is not None:
+                change[new] += 1
+                held[key] = new
+        changes.append(change)
+    return changes
+
+
+@SETTINGS
+@given(changes=keyed_changes())
+def test_keyed_commits_apply_the_change_and_record_it_exactly(spark, tmp_path_factory, changes):
+    root = str(tmp_path_factory.mktemp("keyed"))
+    initial = [(1, "x", Decimal("1.50")), (None, None, None), (2, "Y", None)]
+    path = _create(spark, root, initial)
+    expected = Counter(initial)
+    for seq, change in enumerate(changes, start=1):
+        source = keyed_source(_change_frame(spark, change), COLUMNS, ["k"])
+        table = driver_commits.open_unwritten(path, "test/keyed", seq)
+        driver_commits.merge_keyed(table, source.toArrow(), COLUMNS, ["k"], "test/keyed", seq, "tag")
+        expected.update(change)
+        assert as_multiset(spark.read.format("delta").load(path)) == +expected
+    assert not feed_problems(path, spark)
+
+
+def test_a_commit_is_written_once_per_app_id_and_seq(spark, tmp_path):
+    path = _create(spark, str(tmp_path), INITIAL)
+    source, _ = multiset_source(_change_frame(spark, Counter({(3, "x", None): 1})), COLUMNS, None)
+    rows = source.drop(driver_commits.OP).toArrow()
+    driver_commits.append(driver_commits.open_unwritten(path, "test/once", 4), rows, "test/once", 4, '{"t": 1}')
+    assert driver_commits.open_unwritten(path, "test/once", 4) is None  # a rerun of seq 4 skips
+    assert driver_commits.open_unwritten(path, "test/once", 3) is None  # so does an older seq
+    assert driver_commits.open_unwritten(path, "test/once", 5) is not None
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").orderBy("version").collect()
+    assert history[-1]["userMetadata"] == '{"t": 1}'
+    assert as_multiset(spark.read.format("delta").load(path))[(3, "x", None)] == 1
+
+
+def test_a_concurrent_commit_of_the_same_app_id_is_refused(spark, tmp_path):
+    from deltalake.exceptions import CommitFailedError
+
+    path = _create(spark, str(tmp_path), INITIAL)
+    source, _ = multiset_source(_change_frame(spark, Counter({(3, "x", None): 1})), COLUMNS, None)
+    rows = source.drop(driver_commits.OP).toArrow()
+    first, second = (driver_commits.open_unwritten(path, "test/race", 1) for _ in range(2))
+    driver_commits.append(first, rows, "test/race", 1, "tag")
+    with pytest.raises(CommitFailedError):
+        driver_commits.append(second, rows, "test/race", 1, "tag")
+    assert as_multiset(spark.read.format("delta").load(path))[(3, "x", None)] == 1
