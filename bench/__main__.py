@@ -2,16 +2,15 @@
 
 For each scale factor: TPC-H is loaded (once per scale, cached under the bench folder), the chosen
 queries (assets/sql/tpch_qNN.sql) are defined and built by a first epoch, then each epoch applies
-one hourly change batch and, per table in dependency order and interleaved so machine drift hits
-both sides alike, measures:
+one hourly change batch and measures, back to back so machine drift hits both sides alike:
 
-- the incremental epoch (`Engine.refresh` of that table alone: wall seconds with its Delta writes,
-  rows read and written, technique);
-- a full recompute-and-overwrite of the same SQL over the same source versions into a scratch Delta
-  table;
+- the whole incremental epoch (one `Engine.refresh` of every table, as a schedule runs it), and
+  per table its step's seconds, Spark jobs, Delta commits, input versions read and bytes scanned;
+- a full recompute-and-overwrite of every table's SQL over the same source versions into scratch
+  Delta tables, as many at once as the engine runs steps; the report leads with the ratio of the
+  two whole-epoch times;
 - a noop epoch (no source changed since);
-- the floor once per epoch: reading the epoch's change batches of every source plus one empty Delta
-  commit.
+- the floor: reading the epoch's change batches of every source plus one empty Delta commit.
 
 A sweep over change fractions (one epoch each, on the first scale) shows where recompute wins.
 Writes bench/results/<timestamp>/report.md, results.json and chart.png and prints the summary.
@@ -51,6 +50,9 @@ def _arguments(argv=None) -> argparse.Namespace:
     parser.add_argument("--work", default=os.environ.get("EPOCHAL_BENCH_WORK", "/tmp/epochal-bench"),
                         help="scratch folder: cached TPC-H loads and the warehouses")
     parser.add_argument("--driver-memory", default="12g")
+    parser.add_argument("--driver-rows", type=int, default=None,
+                        help="Engine(driver_rows=...): 0 sends every read and write through Spark (the path "
+                             "before driver commits and shared reads); default the engine's")
     return parser.parse_args(argv)
 
 
@@ -74,10 +76,10 @@ def _warehouse(spark, work: Path, scale: float, name: str) -> str:
     return str(root)
 
 
-def _engine(spark, root: str, queries: list[str]):
+def _engine(spark, root: str, queries: list[str], driver_rows: int | None = None):
     from epochal import Engine
 
-    engine = Engine(spark, root)
+    engine = Engine(spark, root, **({} if driver_rows is None else {"driver_rows": driver_rows}))
     for source in SOURCES:
         engine.source(source, clock="logical")
     engine.define_all({q: (SQL / f"{q}.sql").read_text() for q in queries})
@@ -118,41 +120,56 @@ def _recompute_seconds(engine, name: str, root: str) -> float:
                   .save(f"{root}/_recompute/{name}"))[0]
 
 
+def _recompute_all(engine, names: list[str], root: str) -> tuple[float, dict[str, float]]:
+    """Recompute-and-overwrite every table, as many at a time as the engine runs steps (each
+    table's SQL over the same source versions its epoch read): the whole wall time, and each's."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max(1, engine.parallelism)) as pool:
+        seconds, each = _timed(lambda: dict(zip(names, pool.map(lambda n: _recompute_seconds(engine, n, root), names))))
+    return seconds, each
+
+
 def _epoch(engine, spark, root: str, generator, index: int, queries: list[str]) -> dict:
-    """One change batch, then per table: incremental, recompute, noop; and the floor."""
+    """One change batch; then the whole incremental epoch over every table (one refresh, as a
+    schedule runs it), the recompute-and-overwrite of every table, a noop epoch, and the floor."""
     before = _versions(spark, root)
     batch = generator.apply_batch(index, LOADED_AT + timedelta(hours=index - 1, minutes=30))
     until = LOADED_AT + timedelta(hours=index)
     floor = _floor(spark, root, before)
+    names = [n for n in engine.tables() if n in queries]
+    incremental, reports = _timed(lambda: engine.refresh(names, until=until, upstream=False))
+    recompute, recomputes = _recompute_all(engine, names, root)
+    noop, _ = _timed(lambda: engine.refresh(names, until=until + timedelta(minutes=30), upstream=False))
     tables = {}
-    for name in engine.tables():
-        if name not in queries:
-            continue
-        seconds, reports = _timed(lambda n=name: engine.refresh([n], until=until, upstream=False))
-        report = reports[0]
-        full = _recompute_seconds(engine, name, root)
-        noop_seconds, noop = _timed(lambda n=name: engine.refresh([n], until=until, upstream=False))
-        tables[name] = dict(
-            technique=report.technique, reason=report.reason, incremental_seconds=round(seconds, 3),
-            recompute_seconds=round(full, 3), noop_seconds=round(noop_seconds, 3), noop_technique=noop[0].technique,
+    for report in reports:
+        tables[report.table] = dict(
+            technique=report.technique, reason=report.reason, incremental_seconds=report.seconds,
+            recompute_seconds=round(recomputes[report.table], 3),
             rows_read=report.rows_read, rows_inserted=report.rows_inserted, rows_deleted=report.rows_deleted,
-            phases=report.detail.get("phases", {}),
+            phases=report.detail.get("phases", {}), cost=report.detail.get("cost", {}),
         )
     changed = {t: batch.counts(t) for t in SOURCES}
-    return dict(index=index, floor_seconds=round(floor, 3), source_changes=changed, tables=tables)
+    return dict(index=index, floor_seconds=round(floor, 3), incremental_seconds=round(incremental, 3),
+                recompute_seconds=round(recompute, 3), noop_seconds=round(noop, 3), source_changes=changed,
+                tables=tables)
 
 
-def run_scale(spark, work: Path, scale: float, fraction: float, epochs: int, queries: list[str]) -> dict:
+def run_scale(spark, work: Path, scale: float, fraction: float, epochs: int, queries: list[str],
+              driver_rows: int | None = None) -> dict:
     from ops.changes import ChangeGenerator
 
     root = _warehouse(spark, work, scale, f"run-{scale:g}-{fraction:g}")
-    engine = _engine(spark, root, queries)
+    engine = _engine(spark, root, queries, driver_rows)
     first, _ = _timed(lambda: engine.refresh(until=LOADED_AT + timedelta(minutes=15)))
     generator = ChangeGenerator(spark, root, seed=11, fraction=fraction)
     results = []
     for index in range(1, epochs + 1):
         results.append(_epoch(engine, spark, root, generator, index, queries))
-        print(f"  scale {scale:g} fraction {fraction:g} epoch {index}: " + ", ".join(
+        epoch = results[-1]
+        print(f"  scale {scale:g} fraction {fraction:g} epoch {index}: whole epoch incremental "
+              f"{epoch['incremental_seconds']:.1f}s, recompute {epoch['recompute_seconds']:.1f}s "
+              f"({epoch['recompute_seconds'] / epoch['incremental_seconds']:.2f}x); " + ", ".join(
             f"{n} {t['incremental_seconds']:.1f}s/{t['recompute_seconds']:.1f}s" for n, t in results[-1]["tables"].items()),
             flush=True)
     shutil.rmtree(root, ignore_errors=True)
@@ -160,7 +177,7 @@ def run_scale(spark, work: Path, scale: float, fraction: float, epochs: int, que
 
 
 def summarize(run: dict) -> list[dict]:
-    """Per table: techniques, mean incremental, recompute and noop seconds, speedup."""
+    """Per table: techniques, mean step and recompute seconds, speedup, and the step's costs."""
     rows = []
     names = sorted({n for e in run["epochs"] for n in e["tables"]})
     for name in names:
@@ -168,14 +185,29 @@ def summarize(run: dict) -> list[dict]:
         incremental = [t["incremental_seconds"] for t in entries if t["technique"] == "incremental"]
         recompute = [t["recompute_seconds"] for t in entries]
         mean_incremental = statistics.mean(incremental) if incremental else None
+
+        def cost(key):
+            values = [t.get("cost", {}).get(key) for t in entries]
+            values = [v for v in values if v is not None]
+            return statistics.mean(values) if values else None
+
         rows.append(dict(
             table=name, techniques="".join(t["technique"][0].upper() for t in entries),
             incremental=mean_incremental, recompute=statistics.mean(recompute),
-            noop=statistics.mean(t["noop_seconds"] for t in entries),
             speedup=(statistics.mean(recompute) / mean_incremental) if mean_incremental else None,
             rows_read=statistics.mean(t["rows_read"] for t in entries),
+            jobs=cost("spark_jobs"), commits=cost("delta_commits"), driver_commits=cost("driver_commits"),
+            versions=cost("input_versions_read"), time_travel=cost("time_travel_reads"),
+            megabytes=(cost("bytes_scanned") or 0) / 1e6 if cost("bytes_scanned") is not None else None,
         ))
     return rows
+
+
+def whole_epochs(run: dict) -> tuple[float, float, float]:
+    """Mean seconds of the whole incremental epoch and of recomputing every table, and their ratio."""
+    incremental = statistics.mean(e["incremental_seconds"] for e in run["epochs"])
+    recompute = statistics.mean(e["recompute_seconds"] for e in run["epochs"])
+    return incremental, recompute, recompute / incremental
 
 
 def _format(value, digits=2) -> str:
@@ -186,23 +218,30 @@ def report_markdown(arguments, runs: list[dict], sweep: list[dict], started: str
     lines = [f"# epochal benchmark, {started}", "",
              f"Arguments: scales {arguments.scales}, fraction {arguments.fraction}"
              f"{' (same change rows on every scale)' if getattr(arguments, 'same_change_rows', False) else ''}, "
-             f"epochs {arguments.epochs}, "
+             f"epochs {arguments.epochs}, driver_rows {arguments.driver_rows if arguments.driver_rows is not None else 'default'}, "
              f"queries {arguments.queries}. One Spark session, local[*] on {os.cpu_count()} cores; per table and "
              "epoch the incremental epoch and a full recompute-and-overwrite run back to back.", ""]
     for run in runs:
         floors = [e["floor_seconds"] for e in run["epochs"]]
         rows = summarize(run)
-        speedups = [r["speedup"] for r in rows if r["speedup"]]
+        incremental, recompute, ratio = whole_epochs(run)
         lines += [f"## Scale {run['scale']:g}, {run['fraction'] * 100:g}% of orders changed per epoch", "",
-                  f"First epoch (all tables, rescan): {run['first_epoch_seconds']} s. Floor (read the change "
-                  f"batches + one empty commit): mean {statistics.mean(floors):.2f} s.",
-                  f"Median speedup {statistics.median(speedups):.1f}x; slower than recompute: "
-                  f"{', '.join(r['table'] for r in rows if r['speedup'] and r['speedup'] < 1) or 'none'}.", "",
-                  "| table | techniques | incremental s | recompute s | speedup | noop s | rows read |",
-                  "|---|---|---:|---:|---:|---:|---:|"]
+                  f"**Whole epoch: incremental {incremental:.1f} s, recompute-and-overwrite {recompute:.1f} s: "
+                  f"{ratio:.2f}x** (mean of {len(run['epochs'])} epochs; >1 means incremental is faster).", "",
+                  f"First epoch (all tables, rescan): {run['first_epoch_seconds']} s. Noop epoch: mean "
+                  f"{statistics.mean(e['noop_seconds'] for e in run['epochs']):.2f} s. Floor (read the change "
+                  f"batches + one empty commit): mean {statistics.mean(floors):.2f} s.", "",
+                  "Per table (a step's seconds overlap with other tables' steps: the epoch runs "
+                  "`parallelism` steps at once; recomputes run as many at once). Jobs, commits (on the driver), "
+                  "input versions read (time-travel reads) and MB scanned are per step.", "",
+                  "| table | techniques | step s | recompute s | speedup | jobs | commits (driver) | versions (reads) "
+                  "| MB scanned | rows read |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for r in rows:
             lines.append(f"| {r['table']} | {r['techniques']} | {_format(r['incremental'])} | {_format(r['recompute'])} | "
-                         f"{_format(r['speedup'], 1)} | {_format(r['noop'])} | {r['rows_read']:.0f} |")
+                         f"{_format(r['speedup'], 1)} | {_format(r['jobs'], 0)} | {_format(r['commits'], 0)} "
+                         f"({_format(r['driver_commits'], 0)}) | {_format(r['versions'], 0)} ({_format(r['time_travel'], 0)}) "
+                         f"| {_format(r['megabytes'], 1)} | {r['rows_read']:.0f} |")
         lines.append("")
     if sweep:
         lines += ["## Sweep over change fractions (first scale, one epoch each)", "",
@@ -264,11 +303,11 @@ def main(argv=None) -> None:
     queries = [f"tpch_q{n:02d}" for n in arguments.queries]
     for scale in arguments.scales:
         fraction = arguments.fraction * (arguments.scales[0] / scale if arguments.same_change_rows else 1)
-        runs.append(run_scale(spark, work, scale, fraction, arguments.epochs, queries))
+        runs.append(run_scale(spark, work, scale, fraction, arguments.epochs, queries, arguments.driver_rows))
         save()
     sweep_queries = [f"tpch_q{n:02d}" for n in arguments.sweep_queries]
     for fraction in arguments.sweep:
-        sweep.append(run_scale(spark, work, arguments.scales[0], fraction, 1, sweep_queries))
+        sweep.append(run_scale(spark, work, arguments.scales[0], fraction, 1, sweep_queries, arguments.driver_rows))
         save()
     text = report_markdown(arguments, runs, sweep, started)
     (out / "report.md").write_text(text)

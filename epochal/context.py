@@ -10,7 +10,9 @@ from typing import Callable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
+from .shared_reads import SharedReads
 from .graph import Node, Scan, walk
+from .metrics import Meter
 from .state import StateStore
 
 OLD, NEW = "old", "new"
@@ -55,6 +57,8 @@ class Context:
         *,
         rescan: bool = False,
         broadcast_rows: int = 200_000,
+        meter: Meter | None = None,
+        reads: SharedReads | None = None,
     ):
         from .rules import rule_for
 
@@ -64,6 +68,8 @@ class Context:
         self.state = state
         self.rescan = rescan
         self.broadcast_rows = broadcast_rows
+        self.meter = meter or Meter()
+        self.reads = reads
         self.rule_for = rule_for
         self.state_names = state_names(plan, lambda node: rule_for(node).stateful(node))
         self._deltas: dict[int, DataFrame | None] = {}

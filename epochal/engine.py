@@ -25,6 +25,7 @@ from pyspark.sql.types import StructType
 
 from . import epoch as protocol
 from . import faults
+from .shared_reads import SharedReads
 from .changes import read_snapshot
 from .clock import clock_named
 from .compile import Compiled, compile_definition, parse, referenced_tables
@@ -40,6 +41,7 @@ from .plan import TableInfo
 from .optimize import passes_named
 from .reclock import Epoch, Remap, Source
 from .rescan import Triggers
+from .sessions import engine_confs, session_confs
 from .warehouse import Warehouse, check_name
 
 DRIVER_ROWS = 50_000  # see driver_commits.py and bench/driver_commits.py for the measurement
@@ -51,11 +53,13 @@ def _is_connect(spark) -> bool:
 
 
 class _SessionView:
-    """The engine as one table step sees it: everything shared, except the Spark session."""
+    """The engine as one table step sees it: everything shared, except the Spark session, plus
+    the reads shared by the steps of the refresh it belongs to."""
 
-    def __init__(self, engine: "Engine", spark: SparkSession):
+    def __init__(self, engine: "Engine", spark: SparkSession, reads: SharedReads | None = None):
         self._engine = engine
         self.spark = spark
+        self.reads = reads
 
     def __getattr__(self, name: str):
         return getattr(self._engine, name)
@@ -300,10 +304,21 @@ class Engine:
 
     def _run(self, names: list[str], epoch: Epoch, full_refresh: bool) -> list[Report]:
         """Apply `epoch` to `names`, each table as soon as the tables it reads are done, up to
-        `parallelism` at a time (each in its own child session, whose settings are its own). After
+        `parallelism` at a time (each in its own child session, whose settings are its own), with
+        the settings the steps depend on (sessions.engine_confs). After
         a failure no new table starts; the first error is raised once the running ones finish."""
+        reads = SharedReads(self.storage_options, self.driver_rows)
+        try:
+            return self._run_steps(names, epoch, full_refresh, reads)
+        finally:
+            reads.clear()
+
+    def _run_steps(self, names: list[str], epoch: Epoch, full_refresh: bool, reads: SharedReads) -> list[Report]:
+        confs = engine_confs(self.spark)
         if self.parallelism <= 1 or len(names) == 1 or _is_connect(self.spark):
-            return [protocol.run(self, self.table(name), epoch, full_refresh=full_refresh) for name in names]
+            view = _SessionView(self, self.spark, reads)
+            with session_confs(self.spark, confs):
+                return [protocol.run(view, self.table(name), epoch, full_refresh=full_refresh) for name in names]
         reports: dict[str, Report] = {}
         pending, running, errors = list(names), {}, []
         with ThreadPoolExecutor(max_workers=self.parallelism, thread_name_prefix="epochal") as pool:
@@ -312,7 +327,10 @@ class Engine:
                 ready = [n for n in pending if not (set(self.table(n).compiled.inputs) & busy)] if not errors else []
                 for name in ready:
                     pending.remove(name)
-                    view = _SessionView(self, self.spark.newSession())
+                    session = self.spark.newSession()
+                    for key, value in confs.items():
+                        session.conf.set(key, value)
+                    view = _SessionView(self, session, reads)
                     running[pool.submit(protocol.run, view, self.table(name), epoch, full_refresh=full_refresh)] = name
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
                 for future in done:

@@ -44,6 +44,7 @@ class StateWrite:
     mode: str = "merge"  # "merge": upsert rows, delete rows with DELETE_FLAG; "overwrite": replace
     checks: tuple[tuple[str, str], ...] = ()
     rows: int | None = None  # counted before writing (merges only)
+    arrow: object | None = None  # the rows as a pyarrow Table, when collected to the driver
 
 
 def latest(raw: DataFrame, keys: list[str]) -> DataFrame:
@@ -62,6 +63,7 @@ class StateStore:
     root: str
     versions: dict[str, int]
     storage_options: dict[str, str] | None = None
+    reads: object | None = None  # shared_reads.SharedReads: small versions read on the driver
     writes: list[StateWrite] = field(default_factory=list)
 
     def path(self, name: str) -> str:
@@ -76,7 +78,9 @@ class StateStore:
             raise StateMissing(f"state table {name} has no version recorded in the ledger")
         if DeltaLog.open(self.path(name), self.storage_options) is None:
             raise StateMissing(f"state table {self.path(name)} is missing")
-        raw = self.spark.read.format("delta").option("versionAsOf", version).load(self.path(name))
+        shared = self.reads.snapshot(self.spark, self.path(name), version) if self.reads is not None else None
+        raw = shared if shared is not None else (
+            self.spark.read.format("delta").option("versionAsOf", version).load(self.path(name)))
         if restrict is not None and keys:
             wanted = restrict.select(*[F.col(quoted(k)).alias(f"__r_{k}") for k in keys]).distinct()
             raw = raw.join(wanted, null_safe_on(raw, wanted, [(k, f"__r_{k}") for k in keys]), "left_semi")

@@ -1,6 +1,7 @@
 """Scan: a source or derived Delta table. Its change batch is the change data feed of the versions
 the epoch covers, restricted to the columns and rows the plan reads, consolidated; its snapshots
-are time-travel reads. No state: Delta keeps every version (co-generators, seed 000)."""
+are time-travel reads. A small change batch or snapshot is read once per refresh, on the driver, and
+shared by every step reading it (shared_reads.py). No state: Delta keeps every version (co-generators, seed 000)."""
 
 from __future__ import annotations
 
@@ -23,10 +24,18 @@ class ScanRule(Rule):
 
     def delta(self, node: Scan, ctx) -> DataFrame:
         source = ctx.inputs[node.table]
-        changes = read_changes(ctx.spark, source.path, source.before, source.after, list(node.fields))
+        shared = ctx.reads.changes(ctx.spark, source.path, source.before, source.after, source.schema,
+                                   list(node.fields)) if ctx.reads is not None else None
+        ctx.meter.note_read("changes" if shared is None else "shared changes", node.table, (source.before, source.after))
+        changes = shared if shared is not None else read_changes(
+            ctx.spark, source.path, source.before, source.after, list(node.fields))
         return consolidate(self._shape(node, changes, True))
 
     def snapshot(self, node: Scan, ctx, side: str) -> DataFrame:
         source = ctx.inputs[node.table]
-        frame = read_snapshot(ctx.spark, source.path, source.version(side), source.schema)
+        version = source.version(side)
+        shared = ctx.reads.snapshot(ctx.spark, source.path, version, source.schema) \
+            if ctx.reads is not None and version >= 0 else None
+        ctx.meter.note_read("version" if shared is None else "shared version", node.table, version)
+        frame = shared if shared is not None else read_snapshot(ctx.spark, source.path, version, source.schema)
         return self._shape(node, frame, False)

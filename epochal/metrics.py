@@ -1,0 +1,101 @@
+"""What a step cost besides seconds: Spark jobs, bytes they scanned, Delta commits, input reads.
+
+Every Spark and Delta operation has a fixed cost (a trivial job ~0.2 s, a time-travel read ~0.4 s,
+a Spark MERGE ~1.8 s), so counting them per step is how the next bottleneck is found: the step's
+report carries the counts (`detail["cost"]`), the Dagster metadata and `make bench` show them.
+
+Spark jobs are counted through a job group set on the step's thread (PySpark pins a JVM thread to
+each Python thread, and the steps of one refresh run on their own threads); bytes are the input
+bytes of those jobs' stages (data files and Delta log files read), from Spark's status store.
+Through Spark Connect neither is available and both stay None.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections import Counter
+from contextlib import contextmanager
+
+JOB_GROUP = "spark.jobGroup.id"
+
+
+class Meter:
+    """Counts for one step; `commits` and `reads` are noted by the code that does them."""
+
+    def __init__(self) -> None:
+        self.group = f"epochal-{uuid.uuid4().hex[:12]}"
+        self.commits = 0
+        self.driver_commits = 0
+        # (kind, input, version(s)) -> times read; kind "changes" or "version" through Spark,
+        # "shared changes" or "shared version" through shared_reads.py
+        self.reads: Counter = Counter()
+        self.jobs: int | None = None
+        self.bytes_scanned: int | None = None
+        self.job_names: list[str] = []  # in the report's detail with EPOCHAL_JOB_NAMES=1 (diagnosis)
+
+    def note_read(self, kind: str, name: str, versions) -> None:
+        self.reads[(kind, name, versions)] += 1
+
+    def count_jobs(self, spark) -> None:
+        """Count the jobs run in the group so far, and their input bytes."""
+        context = _context(spark)
+        if context is not None:
+            self.jobs, self.bytes_scanned, self.job_names = _jobs_and_bytes(context, self.group)
+
+    def as_dict(self) -> dict:
+        names = {"spark_job_names": self.job_names} if os.environ.get("EPOCHAL_JOB_NAMES") else {}
+        versions = [key for key in self.reads if key[0] in ("version", "shared version")]
+        return {
+            "spark_jobs": self.jobs,
+            "bytes_scanned": self.bytes_scanned,
+            "delta_commits": self.commits,
+            "driver_commits": self.driver_commits,
+            "change_reads": sum(n for key, n in self.reads.items() if key[0] == "changes"),
+            "shared_change_reads": sum(n for key, n in self.reads.items() if key[0] == "shared changes"),
+            "input_versions_read": len(versions),
+            **names,
+            "time_travel_reads": sum(n for key, n in self.reads.items() if key[0] == "version"),
+            "shared_version_reads": sum(n for key, n in self.reads.items() if key[0] == "shared version"),
+        }
+
+
+def _context(spark):
+    try:
+        return spark.sparkContext  # classic Spark; Spark Connect raises
+    except Exception:  # noqa: BLE001 - PySparkNotImplementedError or an attribute error, by version
+        return None
+
+
+@contextmanager
+def metered(spark, meter: Meter):
+    """Run the block's Spark jobs in the meter's job group, then restore the thread's group."""
+    context = _context(spark)
+    if context is None:
+        yield meter
+        return
+    previous = context.getLocalProperty(JOB_GROUP)
+    context.setLocalProperty(JOB_GROUP, meter.group)
+    try:
+        yield meter
+    finally:
+        context.setLocalProperty(JOB_GROUP, previous)
+
+
+def _jobs_and_bytes(context, group: str) -> tuple[int, int | None, list[str]]:
+    ids = context.statusTracker().getJobIdsForGroup(group)
+    try:
+        store = context._jsc.sc().statusStore()
+        total, names = 0, []
+        for job in sorted(ids):
+            data = store.job(job)
+            names.append(str(data.name()))
+            stages = data.stageIds().iterator()
+            while stages.hasNext():
+                try:
+                    total += store.lastStageAttempt(stages.next()).inputBytes()
+                except Exception:  # noqa: BLE001 - a stage that never ran (skipped) has no attempt
+                    continue
+        return len(ids), total, names
+    except Exception:  # noqa: BLE001 - the status store is Spark's internal API: count jobs without it
+        return len(ids), None, []
