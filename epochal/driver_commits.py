@@ -19,9 +19,13 @@ Each commit keeps the guarantees of every engine write:
 
 from __future__ import annotations
 
+import math
+
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.transaction import Transaction
+
+from .graph import WEIGHT
 
 OP = "__op"
 
@@ -56,6 +60,27 @@ def _aligned(rows: pa.Table, table: DeltaTable, extra: tuple[str, ...] = ()) -> 
 
 def _same(columns, target: str = "t", source: str = "s") -> str:
     return " AND ".join(f"({_column(c, target)} IS NOT DISTINCT FROM {_column(c, source)})" for c in columns) or "true"
+
+
+def _hashable(value):
+    """A key value as Spark's null-safe equality compares it: NULL equals NULL (None == None in
+    Python already) and NaN equals NaN (float NaNs never compare equal in Python)."""
+    return "NaN" if isinstance(value, float) and math.isnan(value) else value
+
+
+def keyed_rows(change: pa.Table, columns: list[str], key: list[str]) -> pa.Table:
+    """writes.keyed_source on the driver: `upsert` for each +row, `delete` for each -row whose key
+    has no +row."""
+    import pyarrow.compute as pc
+
+    weight = change.column(WEIGHT)
+    plus, minus = change.filter(pc.greater(weight, 0)), change.filter(pc.less(weight, 0))
+    plus_keys = {tuple(map(_hashable, row)) for row in zip(*[plus.column(k).to_pylist() for k in key])}
+    alone = [tuple(map(_hashable, row)) not in plus_keys for row in zip(*[minus.column(k).to_pylist() for k in key])]
+    minus = minus.filter(pa.array(alone, pa.bool_()))
+    upserts = plus.select(columns).append_column(OP, pa.array(["upsert"] * plus.num_rows, pa.string()))
+    deletes = minus.select(columns).append_column(OP, pa.array(["delete"] * minus.num_rows, pa.string()))
+    return pa.concat_tables([upserts, deletes])
 
 
 def merge_keyed(table: DeltaTable, rows: pa.Table, columns: list[str], key: list[str], app_id: str, seq: int,

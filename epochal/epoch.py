@@ -7,9 +7,11 @@
 4. Compute the output change from the delta rules, reading state as of the previous step's ledger
    versions; or, for a rescan, recompute in full and diff against the table (a table that does
    not exist yet, or whose schema changed, gets the full result instead, with nothing to diff).
-5. Write: one MERGE into the derived table (or, for a full result, one overwrite that creates
-   it), then the state tables; each with its idempotent-write identity (app id, seq), so a rerun
-   skips what a crashed run wrote.
+5. Write: one commit of the change into the derived table (a MERGE or an append; for a full
+   result, one overwrite that creates it), then one append per state table; each with its
+   idempotent-write identity (app id, seq), so a rerun skips what a crashed run wrote. A change
+   of at most `driver_rows` rows is collected and committed on the driver through delta-rs
+   (driver_commits.py), its figures counted there too; a larger one is written by Spark.
 6. Record the step as `committed`, with the versions written.
 
 A crash anywhere followed by a rerun gives the state of an uninterrupted run: what step 4 reads is
@@ -24,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from functools import partial, reduce
 from datetime import datetime
 
+import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType
@@ -34,6 +37,7 @@ from .context import Context, InputRange
 from .deltalog import DeltaLog, TableFiles
 from .errors import EpochError, StateInconsistent, StrictModeError
 from .graph import WEIGHT, walk
+from .metrics import Meter, metered
 from .ledger import ABANDONED, COMMITTED, STARTED, Step
 from .reclock import Epoch
 from .state import StateMissing, StateStore
@@ -296,19 +300,28 @@ class Phases:
 
 
 def _compute_and_write(engine, table, epoch: Epoch, step: Step, began: float) -> Report:
-    spark = engine.spark
-    phases = Phases()
     done = _committed(table, step)
     if done is not None:  # a concurrent run finished this step meanwhile: nothing left to do
         return _report(table, done, time.monotonic() - began, note="applied by a concurrent run")
+    meter = Meter()
+    with metered(engine.spark, meter):
+        return _compute_and_write_metered(engine, table, step, began, meter)
+
+
+def _compute_and_write_metered(engine, table, step: Step, began: float, meter: Meter) -> Report:
+    spark = engine.spark
+    phases = Phases()
     inputs = _ranges_of(engine, table, step)
     # the state and output this step starts from are the previous step's, also when a concurrent
     # run commits this step while it runs
     last = max((s for s in table.ledger.committed() if s.seq < step.seq), key=lambda s: s.seq, default=None)
-    state = StateStore(spark, table.state_root, dict(last.state_versions) if last else {}, engine.storage_options)
+    reads = getattr(engine, "reads", None)
+    state = StateStore(spark, table.state_root, dict(last.state_versions) if last else {}, engine.storage_options,
+                       reads)
     plan = table.compiled.plan
     ctx = Context(spark, plan, inputs, state, rescan=step.technique == RESCAN,
-                  broadcast_rows=engine.broadcast_rows) if plan is not None else None
+                  broadcast_rows=engine.broadcast_rows, meter=meter,
+                  reads=reads) if plan is not None else None
     change = None
     try:
         if step.technique == INCREMENTAL:
@@ -316,35 +329,44 @@ def _compute_and_write(engine, table, epoch: Epoch, step: Step, began: float) ->
             phases.mark("read changes")
             faults.point("after_read_changes", table.name)
             if not ctx.changed(plan):  # every change consolidated away: nothing to write
-                return _commit(table, step, engine, phases, began, rows_read=rows_read)
+                return _commit(table, step, engine, phases, began, meter, rows_read=rows_read)
             # the epoch-start snapshots the delta rules read (planned here, read below) are Delta's to refuse, too
             refused = partial(rescan.refusals, f"the inputs of {table.name!r} as of this epoch's start")
             with refused():
                 change = _incremental_change(table, ctx)
-            base, full = read_snapshot(spark, table.path, step.output_version, table.schema), None
+            shared = reads.snapshot(spark, table.path, step.output_version, table.schema) \
+                if reads is not None and step.output_version >= 0 else None
+            base = shared if shared is not None else read_snapshot(spark, table.path, step.output_version, table.schema)
+            full = None
         else:
             rows_read = 0
             refused = nullcontext
             change, base, full = _rescan_change(engine, table, inputs, ctx)
         with refused():
             change = change.persist() if change is not None else None
-            inserted, deleted, writes = _figures_and_checks(change, state)
+            collected = _collect_small(change, state, engine.driver_rows)
+            if collected is not None:
+                inserted, deleted, writes = _figures_on_driver(collected, state)
+            else:
+                inserted, deleted, writes = _figures_and_checks(change, state)
         phases.mark("compute")
         if full is not None:
             output_version, inserted, deleted = _replace_output(engine, table, step, full)
+            meter.commits += 1
         else:
-            output_version = _write_output(engine, table, step, change, base, inserted, deleted)
+            output_version = _write_output(engine, table, step, change, base, inserted, deleted, meter,
+                                           collected.change if collected is not None else None)
         phases.mark("write output")
         faults.point("after_output_merge", table.name)
-        state_versions = _write_states(engine, table, step, state, writes)
+        state_versions = _write_states(engine, table, step, state, writes, meter)
         phases.mark("write state")
     finally:
         if change is not None:
             change.unpersist()
         if ctx is not None:
             ctx.unpersist()
-    return _commit(table, step, engine, phases, began, rows_read=rows_read, inserted=inserted, deleted=deleted,
-                   output_version=output_version, state_versions=state_versions)
+    return _commit(table, step, engine, phases, began, meter, rows_read=rows_read, inserted=inserted,
+                   deleted=deleted, output_version=output_version, state_versions=state_versions)
 
 
 def _incremental_change(table, ctx: Context) -> DataFrame:
@@ -388,6 +410,60 @@ def _rescan_change(engine, table, inputs, ctx: Context | None):
     plus = full.withColumn(WEIGHT, F.lit(1).cast(LongType()))
     minus = current.select(*[F.col(quoted(c)) for c in columns], F.lit(-1).cast(LongType()).alias(WEIGHT))
     return consolidate(plus.unionByName(minus)), current, None
+
+
+@dataclass
+class Collected:
+    """A step's change (columns and WEIGHT) and its state merges' rows, on the driver as Arrow."""
+
+    change: "pa.Table | None"
+    states: dict[int, "pa.Table"]  # id(StateWrite) -> its rows, with one `__bad<i>` flag per check
+
+
+def _collect_small(change: DataFrame | None, state: StateStore, limit: int) -> Collected | None:
+    """Collect the change and every state merge to the driver when each has at most `limit` rows
+    (one job each, where the figures job of _figures_and_checks runs one per shuffle stage); None
+    when any is larger, for Spark to count and write."""
+    if limit <= 0:
+        return None
+    rows = None
+    if change is not None:
+        rows = change.limit(limit + 1).toArrow()
+        if rows.num_rows > limit:
+            return None
+    states = {}
+    for write in state.writes:
+        if write.mode != "merge":
+            continue
+        flagged = write.frame.select("*", *[F.expr(condition).alias(f"__bad{i}")
+                                            for i, (_, condition) in enumerate(write.checks)])
+        collected = flagged.limit(limit + 1).toArrow()
+        if collected.num_rows > limit:
+            return None
+        states[id(write)] = collected
+    return Collected(rows, states)
+
+
+def _figures_on_driver(collected: Collected, state: StateStore) -> tuple[int, int, list]:
+    """_figures_and_checks over collected rows: the same figures and checks, no Spark job."""
+    import pyarrow.compute as pc
+
+    for write in state.writes:
+        rows = collected.states.get(id(write))
+        if rows is None:
+            continue
+        for i, (problem, _) in enumerate(write.checks):
+            if pc.any(pc.fill_null(rows.column(f"__bad{i}"), False)).as_py():
+                raise StateInconsistent(problem)
+        write.rows = rows.num_rows
+        write.arrow = rows.drop_columns([f"__bad{i}" for i in range(len(write.checks))])
+    kept = [write for write in state.writes if write.mode != "merge" or write.rows]
+    if collected.change is None:
+        return 0, 0, kept
+    weight = collected.change.column(WEIGHT)
+    inserted = pc.sum(pc.if_else(pc.greater(weight, 0), weight, 0)).as_py() or 0
+    deleted = -(pc.sum(pc.if_else(pc.less(weight, 0), weight, 0)).as_py() or 0)
+    return int(inserted), int(deleted), kept
 
 
 def _figures_and_checks(change: DataFrame | None, state: StateStore) -> tuple[int, int, list]:
@@ -437,9 +513,10 @@ def _output_target(engine, table, step: Step) -> tuple[int, int, str, str]:
 
 
 def _write_output(engine, table, step: Step, change: DataFrame, base: DataFrame, inserted: int,
-                  deleted: int) -> int:
+                  deleted: int, meter: Meter, collected: "pa.Table | None" = None) -> int:
     """Apply the change: keyed (incremental steps of a table with a unique key) or as a multiset;
-    committed on the driver when it has at most `engine.driver_rows` rows, else by Spark."""
+    committed on the driver when it has at most `engine.driver_rows` rows, else by Spark.
+    `collected`: the change, already on the driver."""
     spark = engine.spark
     columns = [f.name for f in table.schema.fields]
     previous, since, app, tag = _output_target(engine, table, step)
@@ -450,13 +527,17 @@ def _write_output(engine, table, step: Step, change: DataFrame, base: DataFrame,
             source, persisted = keyed_source(change, columns, key), []
         else:
             source, persisted = multiset_source(change, columns, base if deleted else None)
+        meter.commits += 1
         try:
             if inserted + deleted <= engine.driver_rows:
+                meter.driver_commits += 1
                 target = driver_commits.open_unwritten(table.path, app, step.seq, engine.storage_options)
                 if target is None:
                     pass  # a crashed run of this step wrote it
                 elif keyed:
-                    driver_commits.merge_keyed(target, source.toArrow(), columns, key, app, step.seq, tag)
+                    rows = driver_commits.keyed_rows(collected, columns, key) if collected is not None \
+                        else source.toArrow()
+                    driver_commits.merge_keyed(target, rows, columns, key, app, step.seq, tag)
                 elif deleted:
                     driver_commits.merge_multiset(target, source.toArrow(), columns, app, step.seq, tag)
                 else:
@@ -492,7 +573,7 @@ def _replace_output(engine, table, step: Step, full: DataFrame) -> tuple[int, in
     return written, inserted, _row_count(table.path, written - 1, engine.storage_options)
 
 
-def _write_states(engine, table, step: Step, state: StateStore, writes: list) -> dict[str, int]:
+def _write_states(engine, table, step: Step, state: StateStore, writes: list, meter: Meter) -> dict[str, int]:
     versions = {} if step.technique == RESCAN else dict(state.versions)
     for write in writes:
         path = state.path(write.name)
@@ -502,7 +583,9 @@ def _write_states(engine, table, step: Step, state: StateStore, writes: list) ->
         recorded = state.versions.get(write.name)
         since = recorded + 1 if recorded is not None and log is not None and log.version >= recorded else 0
         app, tag = f"epochal/{table.name}/{write.name}", _tag(table, step, write.name)
-        write_state(engine.spark, state, write, step.seq, app, tag, engine.driver_rows)
+        if write_state(engine.spark, state, write, step.seq, app, tag, engine.driver_rows):
+            meter.driver_commits += 1
+        meter.commits += 1
         found = version_written(path, table.name, step.seq, write.name, since, engine.storage_options)
         latest = log.version if log is not None else -1
         versions[write.name] = found if found is not None else state.versions.get(write.name, latest)
@@ -510,9 +593,11 @@ def _write_states(engine, table, step: Step, state: StateStore, writes: list) ->
     return versions
 
 
-def _commit(table, step: Step, engine, phases: Phases, began: float, *, rows_read: int = 0, inserted: int = 0,
+def _commit(table, step: Step, engine, phases: Phases, began: float, meter: Meter | None = None, *, rows_read: int = 0, inserted: int = 0,
             deleted: int = 0, output_version: int | None = None, state_versions: dict | None = None) -> Report:
     state_versions = dict(step.state_versions) if state_versions is None else state_versions
+    if meter is not None:
+        meter.count_jobs(engine.spark)
     committed = Step(**{
         **step.__dict__,
         "status": COMMITTED,
@@ -524,7 +609,8 @@ def _commit(table, step: Step, engine, phases: Phases, began: float, *, rows_rea
         "state_rows": sum(_row_count(f"{table.state_root}/{name}", version, engine.storage_options)
                           for name, version in state_versions.items()),
         "seconds": round(time.monotonic() - began, 3),
-        "detail": {**step.detail, "phases": phases.seconds},
+        "detail": {**step.detail, "phases": phases.seconds,
+                   **({"cost": meter.as_dict()} if meter is not None else {})},
         "written_at": None,
         "run_id": engine.run_id,
     })

@@ -1,9 +1,11 @@
-"""Writing an epoch step: the derived table's MERGE and the state tables' writes.
+"""Writing an epoch step: the derived table's change and the state tables' appends.
 
 Every write carries Delta's idempotent-write identity (app id = the table or state table, version =
 the ledger step's `seq`) and is tagged in its commit's userMetadata with the table and `seq`, so a
 step run again after a crash skips what it already wrote, and the versions it wrote can be found
-in the tables' histories.
+in the tables' histories. The change is first shaped into MERGE source rows (`keyed_source`,
+`multiset_source`); a change of at most `Engine.driver_rows` rows is then committed on the driver
+(driver_commits.py), a larger one by Spark (`apply_keyed`, `apply_multiset`, `write_state`).
 """
 
 from __future__ import annotations
@@ -165,6 +167,15 @@ def apply_multiset(spark, path: str, source: DataFrame, columns: list[str], iden
         )
 
 
+def _tagged(rows, seq: int):
+    """Collected state rows with the columns write_state adds in Spark: the delete flag and seq."""
+    import pyarrow as pa
+
+    if DELETE_FLAG not in rows.column_names:
+        rows = rows.append_column(DELETE_FLAG, pa.array([False] * rows.num_rows, pa.bool_()))
+    return rows.append_column(SEQ, pa.array([seq] * rows.num_rows, pa.int64()))
+
+
 def write_state(spark, store: StateStore, write: StateWrite, seq: int, app_id: str, tag: str,
                 driver_rows: int = 0) -> bool:
     """Append the write's rows tagged with `seq` (log-structured state, see state.py); replace the
@@ -188,7 +199,8 @@ def write_state(spark, store: StateStore, write: StateWrite, seq: int, app_id: s
     if write.rows is not None and write.rows <= driver_rows:
         table = driver_commits.open_unwritten(path, app_id, seq, store.storage_options)
         if table is not None:
-            driver_commits.append(table, rows.toArrow(), app_id, seq, tag, store.storage_options)
+            driver_commits.append(table, _tagged(write.arrow, seq) if write.arrow is not None else rows.toArrow(),
+                                  app_id, seq, tag, store.storage_options)
         return True
     writer(rows, app_id, seq, tag).mode("append").save(path)
     return False
