@@ -182,7 +182,7 @@ def ui_links(root: str, start: datetime, batches: int, tables: list[str]) -> str
     first, last = partition_key(start), partition_key(start + (batches - 1) * HOUR)
     return "\n".join([
         f"see it in the Dagster UI: `{command}`, then open",
-        f"  {table} and the tables it reads:  {ui}/assets/{table}?view=lineage&lineageScope=upstream&lineageDepth=3",
+        f"  {table} and the tables it reads:  {ui}/assets/{table}?view=lineage&lineageScope=upstream&lineageDepth=2",
         f"  its partitions {first} .. {last}:  {ui}/assets/{table}?view=partitions",
         f"  the runs, with their partition ranges:  {ui}/runs",
     ])
