@@ -12,22 +12,25 @@ ARGS ?=
 $(BIN)/.installed: pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "epochal needs Python 3.11 or newer")'
 	@command -v java >/dev/null || { echo "epochal needs Java 17 on PATH (java -version)"; exit 1; }
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
-	$(BIN)/pip check
+	@echo "creating $(VENV) from constraints.txt (pip, a few minutes the first time)"
+	@$(PYTHON) -m venv $(VENV)
+	@$(BIN)/pip install --quiet --upgrade pip
+	@$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
+	@problems=$$($(BIN)/pip check) || { echo "$$problems"; exit 1; }
 	@touch $@
 
-# Spark resolves the Delta JARs from Maven Central on its first start; do it once, with a clear error.
+# Spark resolves the Delta JARs from Maven Central on its first start; do it once, with a clear
+# error. Ivy's report goes to $(VENV)/jars.log and is printed only when the resolution fails.
 $(BIN)/.jars: $(BIN)/.installed
-	$(BIN)/python -m resources.session
+	@echo "resolving the Delta JARs (Spark's report: $(VENV)/jars.log)"
+	@$(BIN)/python -m resources.session $(VENV)/jars.log
 	@touch $@
 
 setup: $(BIN)/.jars
 
 demo: setup
 	@mkdir -p $(DAGSTER_HOME)
-	$(BIN)/python -m ops.demo --warehouse $(WAREHOUSE) $(ARGS)
+	@$(BIN)/python -m ops.demo --warehouse $(WAREHOUSE) $(ARGS)
 
 test: setup
 	$(BIN)/python -m pytest $(ARGS)

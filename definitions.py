@@ -3,7 +3,8 @@ schedules around them, and the resources.
 
 `dagster dev -w dagster_workspace.yaml` (or `make ui`) loads `defs`: the warehouse is
 $EPOCHAL_WAREHOUSE (default <repository>/warehouse), the derived tables are the SQL files of
-$EPOCHAL_SQL_FOLDER (default assets/sql). The demo and the tests build the same definitions for a
+$EPOCHAL_SQL_FOLDER (default assets/sql). Partitions start where the warehouse's sources start
+(the logical time of their first commit), so the partitions a user sees are those the data fills. The demo and the tests build the same definitions for a
 chosen warehouse or SQL folder with `build_definitions`.
 
 Runs execute in process: one Spark driver per run, shared by every step (a process per step would
@@ -19,6 +20,7 @@ from dagster import Definitions, in_process_executor
 
 from assets import SOURCE_ASSETS, derived_definitions
 from assets.automation import source_versions_sensor
+from assets.sources import first_logical_time
 from assets.specs import SQL_FOLDER
 from ops.jobs import JOBS
 from ops.maintenance import MAINTENANCE_JOBS
@@ -35,7 +37,8 @@ def build_definitions(
 ) -> Definitions:
     warehouse = warehouse or WarehouseResource()
     spark = spark or SparkResource()
-    derived = derived_definitions(sql_folder, explain_root=warehouse.warehouse().root)
+    root = warehouse.warehouse().root
+    derived = derived_definitions(sql_folder, explain_root=root, sources_start=first_logical_time(root))
     return Definitions(
         assets=[*SOURCE_ASSETS, *derived.assets],
         asset_checks=derived.checks,

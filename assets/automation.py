@@ -3,9 +3,10 @@ newest closed window of every one of them; a daily job and schedule for the `mat
 checks; a sensor that watches the sources' Delta versions and observes the source assets when one
 moves.
 
-The schedules start stopped (turn them on in the UI, or set default_status): the demo's sources carry
-logical times of 2026-01-01, so an hourly schedule on the wall clock would ask for windows whose
-predecessors were never applied, and each such run fails saying which partition to backfill first.
+The schedules start stopped (turn them on in the UI, or set default_status): the demo applies its day
+of change batches once and stops, so a schedule on the wall clock would apply one empty epoch an
+hour after it; and a warehouse whose partitions were not backfilled up to now would get runs that
+fail saying which partition to backfill first.
 The sensor starts running: it costs a read of eight Delta logs a minute (delta-rs, no Spark).
 """
 
@@ -56,7 +57,8 @@ def derived_automation(specs: Mapping[str, TableSpec]) -> tuple[list, list]:
             derived_job_name(cadence),
             selection=AssetSelection.assets(*keys) - recompute,
             description=f"Every {cadence} derived table with its blocking checks, in dependency order; "
-            "a run over a partition range applies the partitions one by one.",
+            "a run over a partition range applies the range as one epoch per table (a new table's "
+            "first partition on its own) and records one materialization per partition.",
         )
         jobs.append(job)
         schedules.append(build_schedule_from_partitioned_job(

@@ -52,12 +52,14 @@ from assets.partitions import (
     plan,
     row_count,
 )
-from assets.specs import ExpectationSpec, SpecError, TableSpec, upstream_chain
+from assets.specs import ExpectationSpec, SpecError, TableSpec, period_start, upstream_chain
 from epochal.errors import EpochalError
 from resources.epochal import EpochalResource, cached_explain
 from resources.quality import ExpectationOutcome, GreatExpectationsResource
 
 _partitions: dict[tuple, TimeWindowPartitionsDefinition] = {}
+# The partitions a run covers, as the run list shows it (Dagster's own range tags are hidden there).
+PARTITIONS_TAG = "epochal/partitions"
 
 
 class EpochConfig(Config):
@@ -89,14 +91,19 @@ def _period(spec: TableSpec) -> timedelta:
     return timedelta(days=1) if spec.partitioning == "daily" else timedelta(hours=1)
 
 
-def describe(spec: TableSpec, explain: str | None) -> str:
+def describe(spec: TableSpec, explain: str | None, sources_start: datetime | None = None) -> str:
     """The asset's description: what the table is, how it is partitioned and checked, how the
-    engine maintains it (its last `explain`, when a run has defined the table), and its SQL."""
+    engine maintains it (its last `explain`, when a run has defined the table), and its SQL.
+    `sources_start` is the logical time of the warehouse's first source commit."""
     comment = [line.strip()[2:].strip() for line in spec.sql.splitlines() if line.strip().startswith("--")]
     lines = [spec.description or " ".join(comment[:3]) or f"Derived table {spec.name}.", ""]
     lines.append(f"- **reads**: {', '.join(spec.inputs)}")
     lines.append(f"- **epochs**: {spec.partitioning} partitions from {spec.partition_start:%Y-%m-%d %H:%M} UTC; "
                  "each partition is one epoch, applied in order")
+    if sources_start is not None and spec.partition_start < period_start(sources_start, spec.partitioning):
+        lines.append(f"- **sources start later**: the sources' first commit is stamped "
+                     f"{sources_start:%Y-%m-%d %H:%M} UTC, so the partitions before it have no data "
+                     "(each applies an empty epoch)")
     if spec.key:
         lines.append(f"- **key**: {', '.join(spec.key)}")
     if spec.expectations:
@@ -129,39 +136,56 @@ def column_schema(engine, spec: TableSpec) -> TableSchema:
 
 
 def materialization_metadata(engine, spec: TableSpec, outcome: PartitionOutcome, schema: TableSchema) -> dict:
+    """What one partition's materialization records. The epoch's figures (rows, seconds, phases,
+    versions read) only on the partition that carries them (`PartitionOutcome.carries_figures`),
+    so summing a column over partitions counts each epoch's work once; the row count only where
+    the table has a version as of the partition's end."""
     step = outcome.step
-    versions = ["| input | read from version | to version |", "| --- | --- | --- |"] + [
-        f"| {name} | {v['from']} | {v['to']} |" for name, v in sorted(step.inputs.items())
-    ]
     first, last, count = outcome.span
     metadata = {
         "summary": MetadataValue.text(outcome.summary()),
         "outcome": "applied" if outcome.applied_now else ALREADY_APPLIED,
         "technique": step.technique,
-        "reason": step.reason or "-",
+        "reason": step.reason or "",
         "epoch": step.epoch,
         "partition_start": MetadataValue.timestamp(outcome.window.start),
         "partition_end": MetadataValue.timestamp(outcome.window.end),
         "epoch_span": f"{first} .. {last} ({count} partition{'s' if count != 1 else ''})",
-        "remap_frontiers": MetadataValue.json(outcome.frontiers),
-        "frontier": MetadataValue.json({name: v["to"] for name, v in sorted(step.inputs.items())}),
-        "input_versions": MetadataValue.md("\n".join(versions)),
-        "rows_read": step.rows_read,
-        "rows_inserted": step.rows_inserted,
-        "rows_deleted": step.rows_deleted,
-        "state_rows": step.state_rows,
-        "seconds": float(step.seconds),
-        "phases": MetadataValue.json(step.detail.get("phases", {})),
-        "cost": MetadataValue.json(step.detail.get("cost", {})),
-        "output_version": step.output_version,
+        "figures_on": _figures_on(outcome),
+        "source_versions_at_end": MetadataValue.json(outcome.source_versions),
         "ledger_seq": step.seq,
         "dagster/column_schema": schema,
         "dagster/uri": MetadataValue.path(engine.table(spec.name).path),
     }
-    count = row_count(engine, spec.name, step.output_version)
-    if count is not None:
-        metadata["dagster/row_count"] = count
+    if outcome.carries_figures:
+        versions = ["| input | read from version | to version |", "| --- | --- | --- |"] + [
+            f"| {name} | {v['from']} | {v['to']} |" for name, v in sorted(step.inputs.items())
+        ]
+        metadata.update({
+            "input_versions": MetadataValue.md("\n".join(versions)),
+            "rows_read": step.rows_read,
+            "rows_inserted": step.rows_inserted,
+            "rows_deleted": step.rows_deleted,
+            "state_rows": step.state_rows,
+            "seconds": float(step.seconds),
+            "phases": MetadataValue.json(step.detail.get("phases", {})),
+            "cost": MetadataValue.json(step.detail.get("cost", {})),
+        })
+    if outcome.ends_epoch:
+        metadata["output_version"] = step.output_version
+        rows = row_count(engine, spec.name, step.output_version)
+        if rows is not None:
+            metadata["dagster/row_count"] = rows
     return metadata
+
+
+def _figures_on(outcome: PartitionOutcome) -> str:
+    if outcome.carries_figures:
+        return "this partition: its materialization applied the epoch"
+    if not outcome.applied_now:
+        return (f"partition {outcome.span[1]}, in the materialization that applied ledger step "
+                f"{outcome.step.seq}; this one did nothing")
+    return f"partition {outcome.span[1]}, where the epoch ends"
 
 
 # ---- checks -----------------------------------------------------------------------------------
@@ -247,7 +271,8 @@ def table_check_result(key: AssetKey, outcome: ExpectationOutcome, partition: st
 
 # ---- the asset --------------------------------------------------------------------------------
 
-def derived_asset(spec: TableSpec, specs: Mapping[str, TableSpec], explain_root: str | None = None) -> AssetsDefinition:
+def derived_asset(spec: TableSpec, specs: Mapping[str, TableSpec], explain_root: str | None = None,
+                  sources_start: datetime | None = None) -> AssetsDefinition:
     """The asset of one derived table."""
     key = AssetKey(spec.name)
     partitions_def = partitions_for(spec)
@@ -265,6 +290,7 @@ def derived_asset(spec: TableSpec, specs: Mapping[str, TableSpec], explain_root:
 
     def materialize(context: AssetExecutionContext, config: EpochConfig, epochal: EpochalResource,
                     great_expectations: GreatExpectationsResource):
+        _tag_run_with_partitions(context)
         selected = {k.name for k in context.selected_asset_check_keys if k.asset_key == key}
         row_checks = [RowCheck(e) for e in spec.row_expectations if e.name in selected]
         table_checks = [e for e in spec.table_expectations if e.name in selected]
@@ -324,7 +350,7 @@ def derived_asset(spec: TableSpec, specs: Mapping[str, TableSpec], explain_root:
             backfill_policy=BackfillPolicy.single_run(),
             check_specs=check_specs,
             group_name=spec.group,
-            description=describe(spec, explain),
+            description=describe(spec, explain, sources_start),
             kinds={"spark", "delta"},
             code_version=spec.sql_sha,
             metadata={
@@ -334,6 +360,14 @@ def derived_asset(spec: TableSpec, specs: Mapping[str, TableSpec], explain_root:
                 **({"declared_key": ", ".join(spec.key)} if spec.key else {}),
             },
         )(materialize)
+
+
+def _tag_run_with_partitions(context: AssetExecutionContext) -> None:
+    """Tag the run with the partitions it covers, however it was launched (UI, CLI, schedule)."""
+    keys = context.partition_keys
+    covered = keys[0] if len(keys) == 1 else f"{keys[0]}...{keys[-1]}"
+    if context.run.tags.get(PARTITIONS_TAG) != covered:
+        context.instance.add_run_tags(context.run_id, {PARTITIONS_TAG: covered})
 
 
 def _validate_rows(engine, great_expectations, outcome: PartitionOutcome, label: str, partitions: int,
@@ -372,5 +406,6 @@ def _record_and_fail(context, engine, spec, schema, outcomes, row_checks, error,
     raise error
 
 
-def build_derived_assets(specs: Mapping[str, TableSpec], explain_root: str | None = None) -> list[AssetsDefinition]:
-    return [derived_asset(spec, specs, explain_root) for spec in specs.values()]
+def build_derived_assets(specs: Mapping[str, TableSpec], explain_root: str | None = None,
+                         sources_start: datetime | None = None) -> list[AssetsDefinition]:
+    return [derived_asset(spec, specs, explain_root, sources_start) for spec in specs.values()]

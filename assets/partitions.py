@@ -5,7 +5,9 @@ asset factory (assets/derived.py) turns what happens into events.
 A run materializes a range of partitions (one, or a backfill's range). The range is processed as
 ONE epoch span: the remap gets one entry per partition (each partition's source frontiers are
 frozen), and the engine applies the whole span as one epoch ending at the last partition's end, so
-a day of hourly partitions costs one incremental step, not 24. The exception is a table's first
+a day of hourly partitions costs one incremental step, not 24. Each partition still gets its own
+materialization, but the epoch's figures (rows read and written, seconds) are reported once, on
+the partition where the epoch ends: the others have no table version of their own. The exception is a table's first
 run (or a requested full refresh): its first partition is applied on its own, as a rescan, and the
 rest of the range as one incremental span after it.
 
@@ -62,6 +64,24 @@ class PartitionOutcome:
     def changed(self) -> bool:
         return self.step.output_version > self.previous_version
 
+    @property
+    def ends_epoch(self) -> bool:
+        """The epoch ends where this partition ends, so the table's version after the step is the
+        table as of this partition's end; a partition inside a longer epoch has no such version."""
+        return utc(self.step.epoch_end) == utc(self.window.end)
+
+    @property
+    def carries_figures(self) -> bool:
+        """An epoch's work (rows read and written, seconds) is reported once: by the materialization
+        that applied it, on the partition where the epoch ends."""
+        return self.applied_now and self.ends_epoch
+
+    @property
+    def source_versions(self) -> dict:
+        """Per source, the last version committed before this partition's end (the remap's
+        frontier is the first version after it)."""
+        return {name: frontier - 1 for name, frontier in self.frontiers.items()}
+
     def span_text(self) -> str:
         first, last, count = self.span
         if count <= 1:
@@ -78,20 +98,24 @@ class PartitionOutcome:
             how = "noop: no input changed, so no Spark job ran and nothing was written"
         else:
             how = "incremental: applied the inputs' changes through the delta rules"
-        versions = ", ".join(
-            f"{name} v{v['from']}→v{v['to']}" if v["from"] != v["to"] else f"{name} v{v['to']} (unchanged)"
-            for name, v in sorted(step.inputs.items())
-        )
-        text = (
-            f"Partition {self.partition} (window {window}) of {self.table}, applied {self.span_text()}: "
-            f"{how}. Read {step.rows_read:,} change rows ({versions}); wrote +{step.rows_inserted:,} "
-            f"−{step.rows_deleted:,} rows (table version {step.output_version}"
-            f"{', unchanged' if not self.changed else ''}; {step.state_rows:,} state rows) in {step.seconds:.1f}s."
-        )
+        text = f"Partition {self.partition} (window {window}) of {self.table}, applied {self.span_text()}: {how}."
+        if self.ends_epoch:
+            versions = ", ".join(
+                f"{name} v{v['from']}→v{v['to']}" if v["from"] != v["to"] else f"{name} v{v['to']} (unchanged)"
+                for name, v in sorted(step.inputs.items())
+            )
+            text += (
+                f" Read {step.rows_read:,} change rows ({versions}); wrote +{step.rows_inserted:,} "
+                f"−{step.rows_deleted:,} rows (table version {step.output_version}"
+                f"{', unchanged' if not self.changed else ''}; {step.state_rows:,} state rows) in {step.seconds:.1f}s."
+            )
+        else:
+            text += (f" The epoch's figures (rows read and written, seconds) are on partition {self.span[1]}, "
+                     "where it ends; the table has no version as of this partition's end.")
         if not self.applied_now:
             written = f" at {step.written_at:%Y-%m-%d %H:%M:%S} UTC" if step.written_at else ""
-            text = (f"Already applied (ledger step {step.seq}{written}); nothing done this time. "
-                    f"Recorded then: {text}")
+            text = (f"Already applied (ledger step {step.seq}{written}); nothing done this time, so "
+                    f"this materialization carries no figures. Recorded then: {text}")
         return text
 
 

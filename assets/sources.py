@@ -9,6 +9,7 @@ location.
 from __future__ import annotations
 
 import warnings
+from datetime import datetime
 
 from dagster import (
     BetaWarning,
@@ -19,11 +20,31 @@ from dagster import (
 )
 
 from epochal.clock import parse_logical_time
-from epochal.warehouse import is_local, local_path
+from epochal.warehouse import Warehouse, is_local, local_path
 from ops.tpch import TPCH_TABLES
 from resources.warehouse import WarehouseResource
 
 MISSING = "missing"
+
+
+def first_logical_time(root: str) -> datetime | None:
+    """The logical time stamped on the sources' first commits (the TPC-H load), or None when the
+    warehouse has no stamped sources yet or is not local (read with delta-rs, no Spark, so a code
+    location can ask it while loading)."""
+    import deltalake
+
+    if not is_local(root):
+        return None
+    found = []
+    for name in TPCH_TABLES:
+        path = local_path(Warehouse(root).source_path(name))
+        if not deltalake.DeltaTable.is_deltatable(path):
+            continue
+        first = deltalake.DeltaTable(path).history()[-1]  # newest first: the last one is version 0
+        stamped = parse_logical_time(first.get("userMetadata"))
+        if stamped is not None:
+            found.append(stamped)
+    return min(found, default=None)
 
 
 def observe_delta_source(path: str) -> ObserveResult:

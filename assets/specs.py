@@ -8,7 +8,8 @@ A sidecar holds everything about a table that is not its query:
     description: Revenue lost to returned parts, per customer.   # shown in the UI
     key: [c_custkey]            # the output's unique key: checked by a blocking `key_is_unique` check
     partitioning: hourly        # hourly (default) or daily epochs
-    partition_start: 2026-01-01T00:00:00Z   # first partition (default PARTITION_START)
+    partition_start: 2026-01-01T00:00:00Z   # first partition (default: where the warehouse's
+                                            # sources start, else PARTITION_START)
     strict: false               # true: fail instead of rescanning (except the first run)
     group: derived              # Dagster asset group
     expectations:               # great-expectations 1.x, run as blocking asset checks
@@ -41,7 +42,8 @@ from epochal.errors import DefinitionError
 from epochal.warehouse import InvalidName, check_name
 
 SQL_FOLDER = Path(__file__).resolve().parent / "sql"
-# The demo's logical clock starts here: the TPC-H load is stamped 2026-01-01T00:00Z.
+# Where partitions start when neither a sidecar nor the warehouse says (a warehouse whose sources
+# are not loaded yet); with sources, partitions start at the logical time of their first commit.
 PARTITION_START = datetime(2026, 1, 1, tzinfo=timezone.utc)
 CADENCES = ("hourly", "daily")
 KEY_CHECK = "key_is_unique"
@@ -224,9 +226,11 @@ def _inputs(name: str, sql: str, known: dict[str, str]) -> tuple[str, ...]:
     return tuple(found)
 
 
-def load_specs(folder: Path | str = SQL_FOLDER, sources: tuple[str, ...] | list[str] = ()) -> dict[str, TableSpec]:
+def load_specs(folder: Path | str = SQL_FOLDER, sources: tuple[str, ...] | list[str] = (),
+               default_start: datetime = PARTITION_START) -> dict[str, TableSpec]:
     """Every `<name>.sql` in `folder` with its sidecar, in dependency order (a table after the
-    tables it reads). `sources` are the source tables the queries may read besides each other."""
+    tables it reads). `sources` are the source tables the queries may read besides each other;
+    a table without a `partition_start` starts at `default_start` (down to its hour or day)."""
     folder = Path(folder)
     sql_files = sorted(folder.glob("*.sql"))
     names = {}
@@ -271,7 +275,8 @@ def load_specs(folder: Path | str = SQL_FOLDER, sources: tuple[str, ...] | list[
             description=sidecar.description,
             key=tuple(sidecar.key) if sidecar.key else None,
             partitioning=sidecar.partitioning,
-            partition_start=utc(sidecar.partition_start) if sidecar.partition_start else PARTITION_START,
+            partition_start=(utc(sidecar.partition_start) if sidecar.partition_start
+                             else period_start(default_start, sidecar.partitioning)),
             strict=sidecar.strict,
             group=sidecar.group,
             expectations=tuple(expectations),
@@ -318,12 +323,20 @@ def _check_partitioning(specs: dict[str, TableSpec]) -> None:
                     f"needs {upstream.name} at every {spec.partitioning} boundary. Make {spec.name} "
                     f"{upstream.partitioning} (or coarser), or {upstream.name} finer"
                 )
-            if spec.partition_start < upstream.partition_start:
+            # a daily table may start on the day its hourly input starts: its first epoch ends at
+            # the next midnight, where the input has a version
+            if spec.partition_start < period_start(upstream.partition_start, spec.partitioning):
                 raise SpecError(
                     f"{spec.sidecar_path or spec.sql_path}: {spec.name} starts at "
                     f"{spec.partition_start.isoformat()}, before its input {upstream.name} "
                     f"({upstream.partition_start.isoformat()}); set partition_start no earlier"
                 )
+
+
+def period_start(moment: datetime, partitioning: str) -> datetime:
+    """The start of the hour (hourly) or UTC day (daily) holding `moment`."""
+    moment = utc(moment).replace(minute=0, second=0, microsecond=0)
+    return moment.replace(hour=0) if partitioning == "daily" else moment
 
 
 def upstream_chain(specs: Mapping[str, TableSpec], name: str) -> list[TableSpec]:

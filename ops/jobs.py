@@ -7,11 +7,12 @@ No `from __future__ import annotations` here: Dagster reads the ops' config and 
 from their annotations at definition time.
 """
 
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 from dagster import (
     AssetSelection,
     Config,
+    Failure,
     MetadataValue,
     OpExecutionContext,
     Out,
@@ -22,19 +23,25 @@ from dagster import (
 )
 from pydantic import Field
 
-from assets.sources import SOURCE_ASSETS
+from assets.sources import SOURCE_ASSETS, first_logical_time
 from epochal.clock import utc
 from ops.changes import REPORTED_TABLES, ChangeGenerator, batch_table
 from ops.tpch import TPCH_TABLES, format_scale, load_tpch
 from resources.spark import SparkResource
 from resources.warehouse import WarehouseResource
 
-LOAD_LOGICAL_TIME = "2026-01-01T00:00:00Z"
-FIRST_BATCH_LOGICAL_TIME = "2026-01-01T00:30:00Z"
+FIRST_BATCH_AFTER_LOAD = timedelta(minutes=30)
 
 
 def parse_time(text: str) -> datetime:
     return utc(datetime.fromisoformat(text))
+
+
+def clock_start(batches: int = 24, now: datetime | None = None) -> datetime:
+    """Where a new warehouse's logical clock starts: `batches` hours before the current hour, so
+    that batch i, stamped start + 30 min + (i-1) h, falls in an hourly partition closed by now."""
+    hour = utc(now or datetime.now(timezone.utc)).replace(minute=0, second=0, microsecond=0)
+    return hour - timedelta(hours=batches)
 
 
 def batch_time(start: datetime, index: int) -> datetime:
@@ -44,8 +51,9 @@ def batch_time(start: datetime, index: int) -> datetime:
 
 class LoadTpchConfig(Config):
     scale: float = Field(default=0.1, description="TPC-H scale factor (1 = about 1 GB)")
-    logical_time: str = Field(
-        default=LOAD_LOGICAL_TIME, description="logical time stamped on the load (ISO 8601)"
+    logical_time: str | None = Field(
+        default=None, description="logical time stamped on the load (ISO 8601); unset: 24 hours "
+        "before the current hour, room for a day of hourly batches up to now",
     )
 
 
@@ -53,9 +61,10 @@ class ChangeBatchesConfig(Config):
     batches: int = Field(
         default=24, description="how many hourly batches to apply after the last one present"
     )
-    start: str = Field(
-        default=FIRST_BATCH_LOGICAL_TIME,
-        description="logical time of batch 1; batch i is stamped start + (i-1) hours",
+    start: str | None = Field(
+        default=None,
+        description="logical time of batch 1 (ISO 8601); batch i is stamped start + (i-1) hours. "
+        "Unset: 30 minutes after the load's logical time",
     )
     fraction: float = Field(
         default=0.001, description="share of orders (and of each dimension) changed per batch"
@@ -74,9 +83,8 @@ def load_tpch_sources(
     spark: SparkResource,
     warehouse: WarehouseResource,
 ) -> Output:
-    report = load_tpch(
-        spark.session(), warehouse.warehouse().root, config.scale, parse_time(config.logical_time)
-    )
+    logical_time = parse_time(config.logical_time) if config.logical_time else clock_start()
+    report = load_tpch(spark.session(), warehouse.warehouse().root, config.scale, logical_time)
     context.log.info(report.message)
     lines = ["| table | rows | files | Delta version |", "| --- | --- | --- | --- |"]
     lines += [
@@ -112,7 +120,14 @@ def apply_change_batches(
         spark.session(), warehouse.warehouse().root, seed=config.seed, fraction=config.fraction
     )
     first = generator.history().last_batch + 1
-    start = parse_time(config.start)
+    if config.start:
+        start = parse_time(config.start)
+    else:
+        loaded = first_logical_time(warehouse.warehouse().root)
+        if loaded is None:
+            raise Failure(description="the sources carry no logical time of their load to count batches from "
+                          "(or the warehouse is not local): set `start`")
+        start = loaded + FIRST_BATCH_AFTER_LOAD
     reports = []
     for index in range(first, first + config.batches):
         report = generator.apply_batch(index, batch_time(start, index))

@@ -49,8 +49,8 @@ def summarize(result, verified, tables: list[str], partitions: int) -> tuple[str
     ok, incremental_after_first, notes_below = True, 0, []
     for table in tables:
         parts = by_table.get(table, {})
-        codes, inserted, deleted, seconds, reasons = [], 0, 0, 0.0, defaultdict(list)
-        steps: set = set()  # partitions of one epoch span share its ledger step: count it once
+        codes, inserted, deleted, seconds, reasons = [], 0, 0, 0.0, defaultdict(set)
+        steps: set = set()  # the epochs (ledger steps) behind the partitions
         for partition in sorted(parts):
             metadata = parts[partition]
             technique = _value(metadata, "technique", "?")
@@ -59,14 +59,13 @@ def summarize(result, verified, tables: list[str], partitions: int) -> tuple[str
                 letter = letter.lower()
             codes.append(letter)
             step = _value(metadata, "ledger_seq", partition)
-            if step in steps:
-                continue
             steps.add(step)
+            if technique == "rescan":
+                reasons[_value(metadata, "reason", "")].add(step)
+            # an epoch's figures are on one partition only (the one it ends with, if applied now)
             inserted += _value(metadata, "rows_inserted", 0)
             deleted += _value(metadata, "rows_deleted", 0)
             seconds += _value(metadata, "seconds", 0.0)
-            if technique == "rescan":
-                reasons[_value(metadata, "reason", "")].append(partition)
         evaluations = checks.get(table, [])
         passed = sum(1 for e in evaluations if e.passed)
         failing = [e.check_name for e in evaluations if not e.passed]

@@ -8,7 +8,9 @@ JVM starts.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
 from dataclasses import dataclass, field
 
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
@@ -32,6 +34,9 @@ class SparkSettings:
     shuffle_partitions: int = 8
     ui: bool = False
     extra_conf: dict[str, str] = field(default_factory=dict)
+    # Where the JVM's own output goes (Ivy's resolution report, Spark and Hadoop warnings): None
+    # keeps it on this process's stdout and stderr.
+    log_file: str | None = None
 
 
 def delta_artifact() -> str:
@@ -90,14 +95,19 @@ def delta_spark_session(settings: SparkSettings | None = None):
     for key, value in settings.extra_conf.items():
         builder = builder.config(key, value)
     try:
-        spark = builder.getOrCreate()
+        with jvm_output_to(settings.log_file):
+            spark = builder.getOrCreate()
     except Exception as error:  # the JVM exits before Python sees why; Ivy printed the reason
         if "JAVA_GATEWAY_EXITED" not in str(error) and "Java gateway" not in str(error):
             raise
+        report = "printed above"
+        if settings.log_file:
+            report = f"below, from {settings.log_file}"
+            print(_tail(settings.log_file), file=sys.stderr)
         raise SparkStartError(
             f"Spark could not start with Delta Lake ({delta_artifact()}). Most often the JAR could "
-            "not be resolved from Maven Central: read the Ivy 'UNRESOLVED DEPENDENCIES' report "
-            "printed above, check that https://repo1.maven.org/maven2 is reachable (proxy "
+            f"not be resolved from Maven Central: read the Ivy 'UNRESOLVED DEPENDENCIES' report "
+            f"{report}, check that https://repo1.maven.org/maven2 is reachable (proxy "
             "settings), or fill ~/.m2/repository with `mvn dependency:get -Dartifact="
             f"{delta_artifact()}`. Also check that Java 17 is on PATH (`java -version`)."
         ) from error
@@ -105,10 +115,44 @@ def delta_spark_session(settings: SparkSettings | None = None):
     return spark
 
 
-if __name__ == "__main__":  # `python -m resources.session`: resolve the JARs once, loudly
+@contextlib.contextmanager
+def jvm_output_to(log_file: str | None):
+    """Point this process's stdout and stderr (file descriptors 1 and 2) at `log_file` while the
+    JVM is launched: the JVM inherits them, so its output goes to the file for its whole life,
+    while Python's own output is restored when the block ends."""
+    if not log_file:
+        yield
+        return
+    os.makedirs(os.path.dirname(os.path.abspath(log_file)), exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    try:
+        with open(log_file, "a") as log:
+            os.dup2(log.fileno(), 1)
+            os.dup2(log.fileno(), 2)
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, copy in zip((1, 2), saved):
+            os.dup2(copy, fd)
+            os.close(copy)
+
+
+def _tail(path: str, lines: int = 200) -> str:
+    try:
+        with open(path, errors="replace") as file:
+            return "".join(file.readlines()[-lines:])
+    except OSError as error:
+        return f"(could not read {path}: {error})"
+
+
+if __name__ == "__main__":  # `python -m resources.session [LOG]`: resolve the JARs once
     import tempfile
 
-    session = delta_spark_session()
+    # With LOG, Ivy's report goes there and is printed only when Spark cannot start.
+    session = delta_spark_session(SparkSettings(log_file=sys.argv[1] if len(sys.argv) > 1 else None))
     with tempfile.TemporaryDirectory(prefix="epochal-delta-check-") as folder:  # own folder: setups may run at once
         session.range(1).write.format("delta").save(os.path.join(folder, "check"))
     print(f"Spark {session.version} with {delta_artifact()}: ok")

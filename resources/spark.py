@@ -25,9 +25,13 @@ class SparkResource(ConfigurableResource):
     )
     shuffle_partitions: int = Field(default=8, description="spark.sql.shuffle.partitions")
     ui: bool = Field(default=False, description="serve the Spark UI (port 4040)")
+    log_file: str | None = Field(
+        default=None, description="file for the JVM's own output (Ivy's resolution report, Spark and "
+        "Hadoop warnings); unset: this process's stdout and stderr",
+    )
 
     def settings(self) -> SparkSettings:
-        chosen = {"shuffle_partitions": self.shuffle_partitions, "ui": self.ui}
+        chosen = {"shuffle_partitions": self.shuffle_partitions, "ui": self.ui, "log_file": self.log_file}
         if self.master:
             chosen["master"] = self.master
         if self.driver_memory:

@@ -165,7 +165,8 @@ def test_partitions_apply_in_order_and_equal_the_recompute(setup):
     assert metadata["outcome"] == "applied"
     assert metadata["epoch"] == step.epoch
     assert metadata["output_version"] == step.output_version == 1  # version 0: the first epoch's write
-    assert metadata["frontier"] == {"orders": step.inputs["orders"]["to"]}
+    assert metadata["source_versions_at_end"] == {"orders": step.inputs["orders"]["to"]}
+    assert metadata["figures_on"].startswith("this partition")
     assert metadata["rows_inserted"] == step.rows_inserted > 0 and metadata["rows_deleted"] == step.rows_deleted > 0
     assert metadata["rows_read"] > 0 and metadata["seconds"] >= 0 and "state_rows" in metadata
     assert metadata["dagster/row_count"] == engine.read("open_orders").count()
@@ -192,6 +193,8 @@ def test_an_applied_partition_materializes_again_as_a_noop(setup):
         assert metadata["outcome"] == "already applied; nothing done"
         assert metadata["summary"].startswith("Already applied (ledger step 2")
         assert metadata["output_version"] == 1
+        assert "rows_read" not in metadata and "seconds" not in metadata  # reported when applied
+        assert metadata["figures_on"].startswith(f"partition {PARTITIONS[1]}, in the materialization that applied")
     assert {name: engine.table(name).ledger.steps() for name in before} == before
     assert_matches_recompute(engine, ["open_orders", "open_by_year"], "after materializing a partition twice")
 
@@ -226,12 +229,18 @@ def test_a_range_is_one_run_with_one_materialization_per_partition(setup):
     for table in ("open_orders", "open_by_year"):
         steps = engine.table(table).ledger.committed()
         assert [step.epoch for step in steps] == [epoch_key(TPCH_LOADED_AT + timedelta(hours=h)) for h in (1, 2, 4)]
-        assert [events[(table, p)]["output_version"] for p in PARTITIONS[2:]] == [2, 2]
+        # the epoch's figures once, on the partition it ends with; the other has no version of its own
+        inside, last = (events[(table, p)] for p in PARTITIONS[2:])
+        assert last["output_version"] == 2 and last["ledger_seq"] == steps[-1].seq
+        assert (last["rows_inserted"], last["rows_deleted"]) == (steps[-1].rows_inserted, steps[-1].rows_deleted)
+        assert last["dagster/row_count"] == engine.read(table).count()
+        assert not {"output_version", "dagster/row_count", "rows_read", "rows_inserted", "seconds"} & set(inside)
+        assert inside["figures_on"] == f"partition {PARTITIONS[3]}, where the epoch ends"
     remap = {epoch.key: epoch for epoch in engine.remap.epochs()}
     for partition, hour in zip(PARTITIONS[2:], (3, 4)):
         # orders version v was committed at (v-1):30, so the window ending at hh:00 ends before v=hh+1
         assert remap[epoch_key(TPCH_LOADED_AT + timedelta(hours=hour))].frontiers["orders"] == hour + 1
-        assert events[("open_orders", partition)]["remap_frontiers"] == {"orders": hour + 1}
+        assert events[("open_orders", partition)]["source_versions_at_end"] == {"orders": hour}
     checks = {c.check_name: c for c in span.get_asset_check_evaluations() if c.asset_key == AssetKey("open_orders")}
     assert set(checks) == {"o_orderkey_not_null", "o_totalprice_between", "key_is_unique"}
     assert all(check.passed for check in checks.values()), checks

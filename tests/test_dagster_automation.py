@@ -4,16 +4,17 @@ moves."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 from dagster import AssetKey, DagsterInstance, SensorResult, build_schedule_context, build_sensor_context
-from deltalake import write_deltalake
+from deltalake import CommitProperties, write_deltalake
 
 from assets.automation import source_versions_sensor
 from assets.specs import SpecError
+from epochal.clock import logical_time_metadata
 from resources.warehouse import WarehouseResource
 from tests.test_dagster_assets import TABLES, definitions_for, write_folder
 
@@ -64,3 +65,25 @@ def test_a_daily_table_gets_daily_partitions_a_job_and_a_schedule(tmp_path):
     files = {**TABLES, "open_orders.yml": "partitioning: daily\n"}
     with pytest.raises(SpecError, match="open_by_year is hourly but reads open_orders, which is daily"):
         definitions_for(str(tmp_path / "warehouse"), write_folder(tmp_path / "sql2", files))
+
+
+def test_partitions_start_where_the_warehouse_sources_start(tmp_path):
+    """The code location reads the logical time of the sources' first commit (delta-rs, no Spark):
+    partitions start at its hour, and a table a sidecar starts earlier says so on the asset."""
+    root = tmp_path / "warehouse"
+    loaded = datetime(2026, 3, 5, 7, 20, tzinfo=timezone.utc)
+    for name, stamp in (("orders", loaded), ("nation", loaded + timedelta(hours=2))):
+        write_deltalake(str(root / "sources" / name), pa.table({"key": [1]}), commit_properties=CommitProperties(
+            custom_metadata={"userMetadata": logical_time_metadata(stamp)}))
+    graph = definitions_for(str(root), write_folder(tmp_path / "sql", TABLES)).resolve_asset_graph()
+    for name in ("open_orders", "open_by_year"):
+        assert graph.get(AssetKey(name)).partitions_def.get_first_partition_key() == "2026-03-05-07:00"
+        assert "sources start later" not in graph.get(AssetKey(name)).description
+
+    earlier = "partition_start: 2026-03-05T05:00:00Z\n"
+    files = {**TABLES, "open_orders.yml": earlier, "open_by_year.yml": earlier}
+    graph = definitions_for(str(root), write_folder(tmp_path / "sql2", files)).resolve_asset_graph()
+    for name in ("open_orders", "open_by_year"):
+        assert graph.get(AssetKey(name)).partitions_def.get_first_partition_key() == "2026-03-05-05:00"
+        assert ("sources start later**: the sources' first commit is stamped 2026-03-05 07:20 UTC"
+                in graph.get(AssetKey(name)).description)
