@@ -68,6 +68,12 @@ def _hashable(value):
     return "NaN" if isinstance(value, float) and math.isnan(value) else value
 
 
+def _key_tuples(rows: pa.Table, key: list[str]) -> list[tuple]:
+    if not key:  # one group (an aggregate without GROUP BY): every row has the empty key
+        return [()] * rows.num_rows
+    return [tuple(map(_hashable, row)) for row in zip(*[rows.column(k).to_pylist() for k in key])]
+
+
 def keyed_rows(change: pa.Table, columns: list[str], key: list[str]) -> pa.Table:
     """writes.keyed_source on the driver: `upsert` for each +row, `delete` for each -row whose key
     has no +row."""
@@ -75,8 +81,8 @@ def keyed_rows(change: pa.Table, columns: list[str], key: list[str]) -> pa.Table
 
     weight = change.column(WEIGHT)
     plus, minus = change.filter(pc.greater(weight, 0)), change.filter(pc.less(weight, 0))
-    plus_keys = {tuple(map(_hashable, row)) for row in zip(*[plus.column(k).to_pylist() for k in key])}
-    alone = [tuple(map(_hashable, row)) not in plus_keys for row in zip(*[minus.column(k).to_pylist() for k in key])]
+    plus_keys = set(_key_tuples(plus, key))
+    alone = [row not in plus_keys for row in _key_tuples(minus, key)]
     minus = minus.filter(pa.array(alone, pa.bool_()))
     upserts = plus.select(columns).append_column(OP, pa.array(["upsert"] * plus.num_rows, pa.string()))
     deletes = minus.select(columns).append_column(OP, pa.array(["delete"] * minus.num_rows, pa.string()))

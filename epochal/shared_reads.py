@@ -44,6 +44,14 @@ class SharedReads:
                 self._reads[key] = read()
             return self._reads[key]
 
+    @staticmethod
+    def _plain(table) -> bool:
+        """Whether delta-rs reads the table as Spark does: not with column mapping (delta-rs
+        1.6.6 returns wrong change rows for a column-mapped table) nor deletion vectors."""
+        configuration = table.metadata().configuration
+        return (str(configuration.get("delta.columnMapping.mode", "none")).lower() == "none"
+                and str(configuration.get("delta.enableDeletionVectors", "false")).lower() != "true")
+
     def _changes(self, path: str, before: int, after: int) -> pa.Table | None:
         from deltalake import DeltaTable
         from deltalake.exceptions import DeltaError
@@ -56,6 +64,8 @@ class SharedReads:
             return None
         try:
             table = DeltaTable(path, storage_options=self.storage_options)
+            if not self._plain(table):
+                return None
             return pa.table(table.load_cdf(starting_version=before + 1, ending_version=after).read_all())
         except (DeltaError, OSError):  # Spark reads it, and names what is wrong where it cannot
             return None
@@ -66,7 +76,7 @@ class SharedReads:
 
         try:
             table = DeltaTable(path, version=version, storage_options=self.storage_options)
-            if table.count() > self.driver_rows:  # from the files' statistics
+            if not self._plain(table) or table.count() > self.driver_rows:  # count: the files' statistics
                 return None
             return pa.table(table.to_pyarrow_table())
         except (DeltaError, OSError, ValueError):  # no statistics, or unreadable here: Spark's to read
