@@ -3,7 +3,8 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 WAREHOUSE ?= $(CURDIR)/warehouse
-export DAGSTER_HOME ?= $(WAREHOUSE)/.dagster
+# an object-store warehouse (s3a://...) keeps Dagster's records in a local folder beside it
+export DAGSTER_HOME ?= $(if $(findstring ://,$(WAREHOUSE)),$(CURDIR)/.dagster,$(WAREHOUSE)/.dagster)
 export PYTHONPATH := $(CURDIR)
 ARGS ?=
 

@@ -28,7 +28,9 @@ import sys
 import time
 from datetime import timedelta
 
-from epochal.warehouse import Warehouse
+from epochal.storage import check_warehouse
+from epochal.warehouse import Warehouse, is_local
+from resources.session import storage_options_for
 from ops.changes import ChangeConflict, batch_table, change_history
 from ops.jobs import FIRST_BATCH_LOGICAL_TIME, LOAD_LOGICAL_TIME, parse_time
 from ops.tpch import TpchLoadConflict, format_scale
@@ -69,8 +71,16 @@ def run(args: argparse.Namespace) -> int:
 
     started = time.monotonic()
     warehouse = Warehouse(args.warehouse)
-    os.makedirs(warehouse.root, exist_ok=True)
+    # the Spark session (hadoop-aws for s3a://) and the engine's storage options follow it
+    os.environ["EPOCHAL_WAREHOUSE"] = warehouse.root
+    if is_local(warehouse.root):
+        os.makedirs(warehouse.root, exist_ok=True)
+    else:  # fail in seconds, before loading, when the store cannot be used
+        check_warehouse(warehouse.root, storage_options_for(warehouse.root))
     if not os.environ.get("DAGSTER_HOME"):
+        if not is_local(warehouse.root):
+            print("DAGSTER_HOME is not set and the warehouse is not a folder: set DAGSTER_HOME", file=sys.stderr)
+            return 2
         os.environ["DAGSTER_HOME"] = os.path.join(warehouse.root, ".dagster")
     os.makedirs(os.environ["DAGSTER_HOME"], exist_ok=True)
     settings = os.path.join(os.environ["DAGSTER_HOME"], "dagster.yaml")

@@ -115,6 +115,16 @@ def listening_addresses(pgid: int) -> set[str]:
     return found
 
 
+def assert_loopback_only(pgid: int) -> None:
+    """Every listening socket of the group is on a loopback address (127.0.0.0/8 or ::1)."""
+    import ipaddress
+
+    addresses = listening_addresses(pgid)
+    assert addresses, f"process group {pgid} listens nowhere"
+    beyond = sorted(a for a in addresses if not ipaddress.ip_address(a).is_loopback)
+    assert not beyond, f"process group {pgid} listens beyond loopback: {beyond}"
+
+
 def _pgid(pid: int) -> int | None:
     try:
         return os.getpgid(pid)

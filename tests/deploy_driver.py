@@ -52,14 +52,16 @@ def drive(args) -> dict:
     from epochal import Engine
     from ops.changes import ChangeGenerator
     from ops.tpch import load_tpch
-    from resources.session import SparkSettings, delta_spark_session
+    from resources.session import SparkSettings, delta_spark_session, is_s3, storage_options_for
     from tests.support import mismatched_tables
 
     spark = delta_spark_session(SparkSettings(master=args.master, shuffle_partitions=2, ui=False,
-                                              driver_memory="3g", extra_conf=_pairs(args.conf)))
+                                              driver_memory="3g", extra_conf=_pairs(args.conf),
+                                              s3=is_s3(args.warehouse)))
     tables = args.tables.split(",")
     load_tpch(spark, args.warehouse, 0.01, LOADED_AT)
-    engine = Engine(spark, args.warehouse, storage_options=_pairs(args.storage_option) or None)
+    options = _pairs(args.storage_option) or storage_options_for(args.warehouse)
+    engine = Engine(spark, args.warehouse, storage_options=options)
     for source in SOURCES:
         engine.source(source, clock="logical")
     engine.define_all({name: (SQL / f"{name}.sql").read_text() for name in tables})

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.deploy import LOOPBACK, free_port, listening_addresses, run_driver, server, spark_home
+from tests.deploy import LOOPBACK, free_port, assert_loopback_only, run_driver, server, spark_home
 
 pytestmark = pytest.mark.deploy
 
@@ -32,7 +32,7 @@ def cluster(tmp_path_factory):
 def test_a_standalone_cluster_maintains_tables_exactly(cluster, tmp_path):
     master_url, processes, logs = cluster
     for process in processes:
-        assert listening_addresses(process.pid) <= {LOOPBACK}, "a cluster process listens beyond loopback"
+        assert_loopback_only(process.pid)
     answer = run_driver(
         ["--master", master_url, "--warehouse", str(tmp_path / "warehouse"),
          # one executor of the worker's size, started once for the whole run
