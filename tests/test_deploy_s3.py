@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pytest
 
-from tests.deploy import LOOPBACK, REPO, free_port, assert_loopback_only, loopback_env, run_driver, server
+from tests.deploy import LOOPBACK, REPO, assert_loopback_only, free_port, loopback_env, run_driver, server
 
 pytestmark = pytest.mark.deploy
 

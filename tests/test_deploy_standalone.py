@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.deploy import LOOPBACK, free_port, assert_loopback_only, run_driver, server, spark_home
+from tests.deploy import LOOPBACK, assert_loopback_only, free_port, run_driver, server, spark_home
 
 pytestmark = pytest.mark.deploy
 
