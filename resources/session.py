@@ -23,7 +23,8 @@ class SparkStartError(RuntimeError):
 @dataclass(frozen=True)
 class SparkSettings:
     """How to reach Spark. `master` is `local[*]`, a `spark://host:port` standalone master or a
-    Spark Connect `sc://host:port` URL; the environment variable EPOCHAL_SPARK_MASTER overrides
+    Spark Connect `sc://host:port` URL (a Connect session, which the engine refuses: it needs
+    Delta's Connect plugin); the environment variable EPOCHAL_SPARK_MASTER overrides
     the default."""
 
     master: str = field(default_factory=lambda: os.environ.get("EPOCHAL_SPARK_MASTER", "local[*]"))
@@ -84,10 +85,7 @@ class ObjectStore:
     def spark_conf(self) -> dict[str, str]:
         conf = {
             "spark.hadoop.fs.s3a.endpoint.region": self.region,
-            # Delta's S3 LogStore commits with create(overwrite=false); with conditional create
-            # S3A sends it as a PUT with If-None-Match: *, so of two drivers committing the same
-            # version one gets FileAlreadyExistsException and retries: multi-driver safe on a
-            # store that honours conditional writes (AWS S3 since 2024, MinIO)
+            # S3ConditionalLogStore commits through S3A's conditional create (If-None-Match: *)
             "spark.hadoop.fs.s3a.create.conditional.enabled": "true",
             # fail within seconds when the store is unreachable, not after minutes of retries
             "spark.hadoop.fs.s3a.connection.establish.timeout": "5s",
@@ -113,6 +111,51 @@ class ObjectStore:
             if os.environ.get(name):
                 options[name] = os.environ[name]
         return options
+
+
+LOGSTORE_CLASS = "io.epochal.storage.S3ConditionalLogStore"
+LOGSTORE_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "java", "S3ConditionalLogStore.java")
+LOGSTORE_JAR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".tools",
+                            "epochal-s3-logstore.jar")
+
+
+def s3_logstore_jar() -> str:
+    """The JAR of resources/java/S3ConditionalLogStore.java, compiled on first use (javac, against
+    Delta's delta-storage JAR as Spark resolved it and pyspark's Hadoop) and rebuilt when the
+    source is newer."""
+    import glob
+    import importlib.metadata
+    import subprocess
+    import tempfile
+    import zipfile
+
+    import pyspark
+
+    if os.path.exists(LOGSTORE_JAR) and os.path.getmtime(LOGSTORE_JAR) >= os.path.getmtime(LOGSTORE_SOURCE):
+        return LOGSTORE_JAR
+    version = importlib.metadata.version("delta-spark")
+    ivy = os.path.expanduser("~/.ivy2.5.2")
+    storage = (glob.glob(f"{ivy}/cache/io.delta/delta-storage/jars/delta-storage-{version}.jar")
+               + glob.glob(f"{ivy}/jars/io.delta_delta-storage-{version}.jar"))
+    if not storage:
+        raise SparkStartError(f"delta-storage {version} is not in {ivy}: run `make setup` (python -m "
+                              "resources.session) once so that Spark resolves Delta's JARs")
+    classpath = os.pathsep.join([storage[0], os.path.join(os.path.dirname(pyspark.__file__), "jars", "*")])
+    with tempfile.TemporaryDirectory(prefix="epochal-logstore-") as classes:
+        try:
+            subprocess.run(["javac", "-nowarn", "-d", classes, "-cp", classpath, LOGSTORE_SOURCE],
+                           check=True, capture_output=True, text=True)
+        except (OSError, subprocess.CalledProcessError) as error:
+            raise SparkStartError(f"could not compile {LOGSTORE_SOURCE} (needs javac from a Java 17 JDK): "
+                                  f"{getattr(error, 'stderr', '') or error}") from error
+        os.makedirs(os.path.dirname(LOGSTORE_JAR), exist_ok=True)
+        partial = LOGSTORE_JAR + f".{os.getpid()}.tmp"
+        with zipfile.ZipFile(partial, "w") as jar:
+            for folder, _, files in os.walk(classes):
+                for name in files:
+                    jar.write(os.path.join(folder, name), os.path.relpath(os.path.join(folder, name), classes))
+        os.replace(partial, LOGSTORE_JAR)  # two first uses at once: each writes its own, one wins
+    return LOGSTORE_JAR
 
 
 def storage_options_for(root: str) -> dict[str, str] | None:
@@ -174,11 +217,16 @@ def delta_spark_session(settings: SparkSettings | None = None):
         .config("spark.sql.maxPlanStringLength", "100000")
         .config("spark.driver.extraJavaOptions", "-Dlog4j2.level=WARN")
     )
+    extra_conf = dict(settings.extra_conf)
     if settings.s3:
         builder = builder.config("spark.jars.excludes", "software.amazon.awssdk:bundle")
         for key, value in ObjectStore().spark_conf().items():
             builder = builder.config(key, value)
-    for key, value in settings.extra_conf.items():
+        # Delta's default S3 LogStore is safe for one driver only; ours commits with conditional writes
+        extra_conf["spark.jars"] = ",".join(filter(None, [extra_conf.get("spark.jars"), s3_logstore_jar()]))
+        for scheme in ("s3a", "s3"):
+            builder = builder.config(f"spark.delta.logStore.{scheme}.impl", LOGSTORE_CLASS)
+    for key, value in extra_conf.items():
         builder = builder.config(key, value)
     try:
         spark = builder.getOrCreate()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 import traceback
@@ -33,7 +34,9 @@ def main() -> None:
     parser.add_argument("--master", required=True)
     parser.add_argument("--warehouse", required=True)
     parser.add_argument("--tables", default="tpch_q01,tpch_q03,tpch_q06")
-    parser.add_argument("--batches", type=int, default=2)
+    parser.add_argument("--steps", default="load,first,batch:1,batch:2",
+                        help="load, first, batch:N, apply:N, side, race:N, appends:N, check (see drive)")
+    parser.add_argument("--barrier", help="a folder where racing drivers meet")
     parser.add_argument("--conf", action="append", default=[], help="a Spark conf key=value")
     parser.add_argument("--storage-option", action="append", default=[], help="a delta-rs option key=value")
     args = parser.parse_args()
@@ -58,29 +61,89 @@ def drive(args) -> dict:
     spark = delta_spark_session(SparkSettings(master=args.master, shuffle_partitions=2, ui=False,
                                               driver_memory="3g", extra_conf=_pairs(args.conf),
                                               s3=is_s3(args.warehouse)))
-    tables = args.tables.split(",")
-    load_tpch(spark, args.warehouse, 0.01, LOADED_AT)
+    tables = [name for name in args.tables.split(",") if name]
+    steps = args.steps.split(",")
+    if "load" in steps:
+        print("[deploy driver] load", file=sys.stderr, flush=True)
+        load_tpch(spark, args.warehouse, 0.01, LOADED_AT)
     options = _pairs(args.storage_option) or storage_options_for(args.warehouse)
     engine = Engine(spark, args.warehouse, storage_options=options)
-    for source in SOURCES:
+    for source in SOURCES if tables else ():
         engine.source(source, clock="logical")
     engine.define_all({name: (SQL / f"{name}.sql").read_text() for name in tables})
-    techniques = {name: [] for name in tables}
-    mismatches = []
+    answer = {"techniques": {name: [] for name in tables}, "mismatches": [], "spark": spark.version}
+    generator = ChangeGenerator(spark, args.warehouse, seed=5, fraction=0.01) if tables else None
 
-    def epoch(until: datetime, label: str) -> None:
-        for report in engine.refresh(until=until):
-            techniques[report.table].append(report.technique)
-        mismatches.extend(f"{label}: {name}" for name in mismatched_tables(engine, tables))
+    def refresh(until: datetime) -> None:
+        try:
+            reports = engine.refresh(until=until)
+        except Exception as error:  # noqa: BLE001 - a refresh that lost a race may fail; the test judges it
+            traceback.print_exc()
+            answer.setdefault("refresh_errors", []).append(f"{type(error).__name__}: {error}")
+            return
+        for report in reports:
+            answer["techniques"][report.table].append(report.technique)
 
-    epoch(LOADED_AT + timedelta(minutes=15), "first epoch")
-    generator = ChangeGenerator(spark, args.warehouse, seed=5, fraction=0.01)
-    for index in range(1, args.batches + 1):
-        generator.apply_batch(index, LOADED_AT + timedelta(hours=index - 1, minutes=30))
-        epoch(LOADED_AT + timedelta(hours=index), f"after batch {index}")
-    answer = {"techniques": techniques, "mismatches": mismatches, "spark": spark.version}
+    def check(label: str) -> None:
+        answer["mismatches"].extend(f"{label}: {name}" for name in mismatched_tables(engine, tables))
+
+    began = time.monotonic()
+    for step in steps:
+        print(f"[deploy driver {time.monotonic() - began:7.1f}s] {step}", file=sys.stderr, flush=True)
+        what, _, number = step.partition(":")
+        if what == "load":
+            continue  # done above, before the engine is built
+        elif what == "first":
+            refresh(LOADED_AT + timedelta(minutes=15))
+            check("first epoch")
+        elif what == "batch":  # apply batch N, refresh to hour N, compare
+            generator.apply_batch(int(number), LOADED_AT + timedelta(hours=int(number) - 1, minutes=30))
+            refresh(LOADED_AT + timedelta(hours=int(number)))
+            check(f"after batch {number}")
+        elif what == "apply":
+            generator.apply_batch(int(number), LOADED_AT + timedelta(hours=int(number) - 1, minutes=30))
+        elif what == "race":  # wait for the other racer, then refresh to hour N at the same instant
+            if args.barrier:
+                _meet(Path(args.barrier) / "race")
+            refresh(LOADED_AT + timedelta(hours=int(number)))
+        elif what == "side":  # the appends' table, created ahead (two first commits would conflict)
+            spark.createDataFrame([], "writer INT, n INT").write.format("delta").save(f"{args.warehouse}/race/appends")
+        elif what == "appends":  # N appends of distinct rows to one side table, for the commit race
+            _meet(Path(args.barrier) / "appends")
+            side = f"{args.warehouse}/race/appends"
+            for index in range(int(number)):
+                spark.createDataFrame([(os.getpid(), index)], "writer INT, n INT").write.format("delta") \
+                    .mode("append").save(side)
+        elif what == "check":
+            check("check")
+            from tests.reliability import exactly_once_problems
+
+            answer["exactly_once_problems"] = exactly_once_problems(engine)
+            answer["committed_epochs"] = {
+                name: [s.epoch_end.isoformat() for s in engine.table(name).ledger.committed()] for name in tables}
+            side = f"{args.warehouse}/race/appends"
+            try:
+                answer["appends"] = spark.read.format("delta").load(side).count()
+            except Exception:  # noqa: BLE001 - no commit race was run
+                answer["appends"] = None
+        else:
+            raise ValueError(f"unknown step {step!r}")
     spark.stop()
     return answer
+
+
+def _meet(barrier: Path, racers: int = 2, timeout: float = 300) -> None:
+    """Announce this process and wait until `racers` have, then start one second after the last."""
+    barrier.mkdir(parents=True, exist_ok=True)
+    (barrier / f"{os.getpid()}.ready").touch()
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        ready = list(barrier.glob("*.ready"))
+        if len(ready) >= racers:
+            time.sleep(max(0.0, max(p.stat().st_mtime for p in ready) + 1.0 - time.time()))
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"the other racer did not arrive within {timeout:.0f}s")
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ import os
 import shutil
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pyarrow as pa
@@ -80,20 +81,54 @@ def test_the_store_listens_on_loopback_only(store):
     assert_loopback_only(store.process.pid)
 
 
-def test_a_warehouse_on_s3_is_maintained_exactly(store, tmp_path):
+ROOT = f"s3a://{BUCKET}/warehouse"
+
+
+@pytest.fixture(scope="module")
+def maintained(store, tmp_path_factory):
+    """The driver's answer after TPC-H, a first epoch and batches 1 and 2 at ROOT, each epoch
+    compared with the recompute; batch 3 is applied too, for the race below."""
+    logs = tmp_path_factory.mktemp("s3-driver")
+    return run_driver(["--master", "local[2]", "--warehouse", ROOT, "--steps", "load,first,batch:1,batch:2,apply:3,side"],
+                      logs / "driver.log", env=loopback_env(**store.env()), timeout=1800)
+
+
+def test_a_warehouse_on_s3_is_maintained_exactly(store, maintained):
     from epochal.ledger import Ledger
 
-    root = f"s3a://{BUCKET}/warehouse"
-    answer = run_driver(["--master", "local[2]", "--warehouse", root], tmp_path / "driver.log",
-                        env=loopback_env(**store.env()))
-    assert "error" not in answer, answer
-    assert answer["mismatches"] == [], answer
-    for name, techniques in answer["techniques"].items():
+    assert "error" not in maintained, maintained
+    assert maintained["mismatches"] == [], maintained
+    for name, techniques in maintained["techniques"].items():
         assert techniques[0] == "rescan" and "incremental" in techniques[1:], (name, techniques)
     # the bookkeeping is on the store, readable by delta-rs with the same options
-    ledger = Ledger(f"{root}/_epochal/tables/tpch_q01/ledger", store.storage_options())
+    ledger = Ledger(f"{ROOT}/_epochal/tables/tpch_q01/ledger", store.storage_options())
     assert len(ledger.committed()) == 3
     assert any(key.endswith(".parquet") for key in store.keys("warehouse/tables/tpch_q01"))
+
+
+def test_two_drivers_racing_on_s3_lose_and_double_nothing(store, maintained, tmp_path):
+    """Two Spark drivers at the same instant: five appends each to one Delta table (every commit
+    must survive: a lost one is what a non-atomic commit on S3 does), then a refresh of the same
+    tables for the same epoch (batch 3). Each table commits the epoch once and equals its
+    recompute; a driver that lost the race either reports or fails saying so."""
+    assert "error" not in maintained, maintained
+    env = loopback_env(**store.env())
+    racer = ["--master", "local[1]", "--warehouse", ROOT, "--steps", "appends:5,race:3",
+             "--barrier", str(tmp_path / "barrier")]
+    with ThreadPoolExecutor(2) as pool:
+        answers = list(pool.map(lambda n: run_driver(racer, tmp_path / f"racer{n}.log", env=env), (1, 2)))
+    for answer in answers:
+        assert "error" not in answer, answer
+        for problem in answer.get("refresh_errors", []):
+            assert "table '" in problem and ("another run" in problem or "concurrent" in problem), problem
+    assert any(not answer.get("refresh_errors") for answer in answers), answers
+    checked = run_driver(["--master", "local[1]", "--warehouse", ROOT, "--steps", "check"],
+                         tmp_path / "check.log", env=env)
+    assert "error" not in checked, checked
+    assert checked["appends"] == 10, checked
+    assert checked["mismatches"] == [] and checked["exactly_once_problems"] == [], checked
+    for name, epochs in checked["committed_epochs"].items():
+        assert len(epochs) == len(set(epochs)) == 4, (name, epochs)
 
 
 RECORDS = pa.schema([("epoch", pa.string()), ("source", pa.string()), ("frontier", pa.int64())])
