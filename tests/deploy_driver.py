@@ -35,7 +35,7 @@ def main() -> None:
     parser.add_argument("--warehouse", required=True)
     parser.add_argument("--tables", default="tpch_q01,tpch_q03,tpch_q06")
     parser.add_argument("--steps", default="load,first,batch:1,batch:2",
-                        help="load, first, batch:N, apply:N, side, race:N, appends:N, check (see drive)")
+                        help="load, first, batch:N, apply:N, side, race:N, appends:N, check, conditional (see drive)")
     parser.add_argument("--barrier", help="a folder where racing drivers meet")
     parser.add_argument("--conf", action="append", default=[], help="a Spark conf key=value")
     parser.add_argument("--storage-option", action="append", default=[], help="a delta-rs option key=value")
@@ -114,6 +114,8 @@ def drive(args) -> dict:
             for index in range(int(number)):
                 spark.createDataFrame([(os.getpid(), index)], "writer INT, n INT").write.format("delta") \
                     .mode("append").save(side)
+        elif what == "conditional":
+            answer["conditional"] = _conditional_commits(spark, f"{args.warehouse}/race/conditional")
         elif what == "check":
             check("check")
             from tests.reliability import exactly_once_problems
@@ -130,6 +132,46 @@ def drive(args) -> dict:
             raise ValueError(f"unknown step {step!r}")
     spark.stop()
     return answer
+
+
+def _conditional_commits(spark, folder: str) -> dict:
+    """The two facts S3ConditionalLogStore rests on, shown deterministically in this JVM: of two
+    conditional creates of one file open at once, the second to close is refused by the store
+    (where a plain create lets both through, the last PUT silently replacing the first); and the
+    LogStore turns a refused commit into java.nio.file.FileAlreadyExistsException, which Delta
+    handles as a concurrent commit."""
+    from py4j.protocol import Py4JJavaError
+
+    from resources.session import LOGSTORE_CLASS
+
+    jvm, conf = spark._jvm, spark._jsc.hadoopConfiguration()
+    found = {}
+    for label, conditional in (("plain", False), ("conditional", True)):
+        path = jvm.org.apache.hadoop.fs.Path(f"{folder}/{label}.json")
+        fs = path.getFileSystem(conf)
+
+        def open_stream():
+            builder = fs.createFile(path).overwrite(False)
+            return (builder.must("fs.option.create.conditional.overwrite", True) if conditional else builder).build()
+
+        first, second = open_stream(), open_stream()
+        first.write(b"first"), second.write(b"second")
+        first.close()
+        try:
+            second.close()
+            found[label] = "both closed: the second replaced the first"
+        except Py4JJavaError as error:
+            found[label] = "second refused: " + error.java_exception.getClass().getName()
+            found[f"{label}_message"] = str(error.java_exception.getMessage())[:300]
+    store = getattr(jvm, LOGSTORE_CLASS)(conf)
+    version = jvm.org.apache.hadoop.fs.Path(f"{folder}/_delta_log/00000000000000000000.json")
+    store.write(version, jvm.java.util.Collections.singletonList("{}").iterator(), False, conf)
+    try:
+        store.write(version, jvm.java.util.Collections.singletonList("{}").iterator(), False, conf)
+        found["logstore"] = "second commit of one version accepted"
+    except Py4JJavaError as error:
+        found["logstore"] = "second commit refused: " + error.java_exception.getClass().getName()
+    return found
 
 
 def _meet(barrier: Path, racers: int = 2, timeout: float = 300) -> None:

@@ -122,9 +122,16 @@ def test_two_drivers_racing_on_s3_lose_and_double_nothing(store, maintained, tmp
         for problem in answer.get("refresh_errors", []):
             assert "table '" in problem and ("another run" in problem or "concurrent" in problem), problem
     assert any(not answer.get("refresh_errors") for answer in answers), answers
-    checked = run_driver(["--master", "local[1]", "--warehouse", ROOT, "--steps", "check"],
+    checked = run_driver(["--master", "local[1]", "--warehouse", ROOT, "--steps", "check,conditional"],
                          tmp_path / "check.log", env=env)
     assert "error" not in checked, checked
+    # the mechanism, deterministically: two creates of one file open at once both land when plain
+    # (the second silently replaces the first), the second is refused when conditional, and the
+    # LogStore reports a refused commit as Delta expects
+    conditional = checked["conditional"]
+    assert conditional["plain"].startswith("both closed"), conditional
+    assert conditional["conditional"].startswith("second refused"), conditional
+    assert conditional["logstore"] == "second commit refused: java.nio.file.FileAlreadyExistsException", conditional
     assert checked["appends"] == 10, checked
     assert checked["mismatches"] == [] and checked["exactly_once_problems"] == [], checked
     for name, epochs in checked["committed_epochs"].items():

@@ -56,7 +56,10 @@ public class S3ConditionalLogStore extends S3SingleDriverLogStore {
     private static boolean preconditionFailed(Throwable error) {
         for (Throwable cause = error; cause != null; cause = cause.getCause()) {
             String message = String.valueOf(cause.getMessage());
+            // S3A reports the store's 412 at close() as RemoteFileChangedException (named, not
+            // imported: hadoop-aws is not on the classpath this is compiled against)
             if (cause instanceof org.apache.hadoop.fs.FileAlreadyExistsException
+                    || cause.getClass().getName().equals("org.apache.hadoop.fs.s3a.RemoteFileChangedException")
                     || message.contains("412") || message.contains("PreconditionFailed")) {
                 return true;
             }
