@@ -5,6 +5,7 @@ unreachable endpoint, refused credentials or a missing bucket would otherwise su
 
 from __future__ import annotations
 
+import re
 import threading
 from urllib.parse import urlparse
 
@@ -52,7 +53,7 @@ def check_warehouse(root: str, storage_options: dict[str, str] | None) -> None:
 
 def _explain(root: str, where: str, error: str) -> str:
     bucket = urlparse(root).netloc
-    detail = " ".join(error.split())[:400]
+    detail = " ".join(re.sub(r"\x1b\[[0-9;]*m|↳", " ", error).split())[:400]  # no terminal colours
     if "403" in error or "Forbidden" in error or "InvalidAccessKeyId" in error or "SignatureDoesNotMatch" in error:
         what = (f"{where} refused the credentials (403). Check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
                 f"(or the storage options) and that they may list and write bucket {bucket!r}")

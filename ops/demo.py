@@ -28,7 +28,7 @@ import sys
 import time
 from datetime import timedelta
 
-from epochal.storage import check_warehouse
+from epochal.storage import StorageUnreachable, check_warehouse
 from epochal.warehouse import Warehouse, is_local
 from resources.session import storage_options_for
 from ops.changes import ChangeConflict, batch_table, change_history
@@ -40,7 +40,7 @@ QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m ops.demo", description=__doc__.split("\n")[0])
-    parser.add_argument("--warehouse", required=True, help="warehouse folder (created if missing)")
+    parser.add_argument("--warehouse", required=True, help="warehouse folder (created if missing) or s3a://bucket/path (the bucket must exist)")
     parser.add_argument("--scale", type=float, default=0.1, help="TPC-H scale factor")
     parser.add_argument("--batches", type=int, default=24, help="hourly batches the warehouse "
                         "should hold when the demo ends")
@@ -53,10 +53,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def _user_error(error: BaseException) -> BaseException | None:
-    """The load or change conflict behind a failed run, if that is what failed it."""
+    """The load or change conflict (or unusable object store) behind a failed run, if that is
+    what failed it."""
     seen = error
     while seen is not None:
-        if isinstance(seen, (TpchLoadConflict, ChangeConflict)):
+        if isinstance(seen, (TpchLoadConflict, ChangeConflict, StorageUnreachable)):
             return seen
         seen = seen.__cause__ or seen.__context__
     return None
@@ -71,12 +72,11 @@ def run(args: argparse.Namespace) -> int:
 
     started = time.monotonic()
     warehouse = Warehouse(args.warehouse)
-    # the Spark session (hadoop-aws for s3a://) and the engine's storage options follow it
-    os.environ["EPOCHAL_WAREHOUSE"] = warehouse.root
     if is_local(warehouse.root):
         os.makedirs(warehouse.root, exist_ok=True)
     else:  # fail in seconds, before loading, when the store cannot be used
         check_warehouse(warehouse.root, storage_options_for(warehouse.root))
+        os.environ["EPOCHAL_WAREHOUSE"] = warehouse.root  # the Spark session then loads hadoop-aws
     if not os.environ.get("DAGSTER_HOME"):
         if not is_local(warehouse.root):
             print("DAGSTER_HOME is not set and the warehouse is not a folder: set DAGSTER_HOME", file=sys.stderr)
