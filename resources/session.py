@@ -88,7 +88,7 @@ class ObjectStore:
             # S3ConditionalLogStore commits through S3A's conditional create (If-None-Match: *)
             "spark.hadoop.fs.s3a.create.conditional.enabled": "true",
             # fail within seconds when the store is unreachable, not after minutes of retries
-            "spark.hadoop.fs.s3a.connection.establish.timeout": "5s",
+            "spark.hadoop.fs.s3a.connection.establish.timeout": "15s",  # S3A's minimum
             "spark.hadoop.fs.s3a.attempts.maximum": "3",
             "spark.hadoop.fs.s3a.retry.limit": "3",
         }
