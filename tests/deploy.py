@@ -141,7 +141,7 @@ def _address(hexed: str, width: int) -> str:
     return text[7:] if text.startswith("::ffff:") else text
 
 
-def run_driver(args: list[str], log: Path, env: dict[str, str] | None = None, timeout: float = 900) -> dict:
+def run_driver(args: list[str], log: Path, env: dict[str, str] | None = None, timeout: float = 1800) -> dict:
     """Run tests/deploy_driver.py with `args` in its own process group; its JSON answer. The group
     is killed when the driver ends, fails or overruns `timeout`."""
     with open(log, "ab") as err:

@@ -90,7 +90,7 @@ def maintained(store, tmp_path_factory):
     compared with the recompute; batch 3 is applied too, for the race below."""
     logs = tmp_path_factory.mktemp("s3-driver")
     return run_driver(["--master", "local[2]", "--warehouse", ROOT, "--steps", "load,first,batch:1,batch:2,apply:3,side"],
-                      logs / "driver.log", env=loopback_env(**store.env()), timeout=1800)
+                      logs / "driver.log", env=loopback_env(**store.env()))
 
 
 def test_a_warehouse_on_s3_is_maintained_exactly(store, maintained):
