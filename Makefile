@@ -3,11 +3,12 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 WAREHOUSE ?= $(CURDIR)/warehouse
-export DAGSTER_HOME ?= $(WAREHOUSE)/.dagster
+# an object-store warehouse (s3a://...) keeps Dagster's records in a local folder beside it
+export DAGSTER_HOME ?= $(if $(findstring ://,$(WAREHOUSE)),$(CURDIR)/.dagster,$(WAREHOUSE)/.dagster)
 export PYTHONPATH := $(CURDIR)
 ARGS ?=
 
-.PHONY: demo test test-tpch ui bench soak setup clean
+.PHONY: demo test test-deploy test-tpch ui bench soak setup minio clean
 
 $(BIN)/.installed: pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "epochal needs Python 3.11 or newer")'
@@ -33,7 +34,20 @@ demo: setup
 	@$(BIN)/python -m ops.demo --warehouse $(WAREHOUSE) $(ARGS)
 
 test: setup
-	$(BIN)/python -m pytest $(ARGS)
+	$(BIN)/python -m pytest -m "not deploy" $(ARGS)
+
+# MinIO (the S3 deployment test's object store), built from its Go module at a pinned version.
+TOOLS := $(CURDIR)/.tools
+MINIO_VERSION := v0.0.0-20260212201848-7aac2a2c5b7c
+$(TOOLS)/minio:
+	@command -v go >/dev/null || { echo "building MinIO needs Go on PATH (go version)"; exit 1; }
+	GOBIN=$(TOOLS) nice -n 10 go install github.com/minio/minio@$(MINIO_VERSION)
+
+minio: $(TOOLS)/minio
+
+# the deployments, each against real servers on 127.0.0.1: a standalone cluster, Spark Connect, S3 (MinIO)
+test-deploy: setup $(TOOLS)/minio
+	$(BIN)/python -m pytest -m deploy $(ARGS)
 
 # all 22 TPC-H queries over 10 hourly batches, each epoch checked against the full recompute
 test-tpch: setup
@@ -50,4 +64,4 @@ soak: setup
 	$(BIN)/python -m tests.soak $(ARGS)
 
 clean:
-	rm -rf $(VENV) warehouse .pytest_cache .hypothesis
+	rm -rf $(VENV) warehouse .pytest_cache .hypothesis .tools

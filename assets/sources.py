@@ -22,6 +22,7 @@ from dagster import (
 from epochal.clock import parse_logical_time
 from epochal.warehouse import Warehouse, is_local, local_path
 from ops.tpch import TPCH_TABLES
+from resources.session import storage_options_for
 from resources.warehouse import WarehouseResource
 
 MISSING = "missing"
@@ -52,7 +53,8 @@ def observe_delta_source(path: str) -> ObserveResult:
     from deltalake.exceptions import TableNotFoundError
 
     try:
-        table = deltalake.DeltaTable(local_path(path) if is_local(path) else path)
+        table = deltalake.DeltaTable(local_path(path) if is_local(path) else path,
+                                     storage_options=storage_options_for(path))
     except TableNotFoundError:
         return ObserveResult(
             data_version=DataVersion(MISSING),

@@ -42,10 +42,20 @@ from .optimize import passes_named
 from .reclock import Epoch, Remap, Source
 from .rescan import Triggers
 from .sessions import engine_confs, session_confs
+from .storage import check_warehouse
 from .warehouse import Warehouse, check_name
 
 DRIVER_ROWS = 50_000  # see driver_commits.py and bench/driver_commits.py for the measurement
 DELTA_FORBIDDEN = re.compile(r"[ ,;{}()\n\t=]")
+
+
+CONNECT_UNSUPPORTED = (
+    "Spark Connect sessions are not supported: the engine writes derived tables and their state "
+    "with Delta's DeltaTable API (MERGE), which over Spark Connect needs Delta's Connect server "
+    "plugin, and io.delta:delta-connect-server_4.1_2.13:4.4.0 (matching delta-spark 4.4.0) is not on "
+    "Maven Central; a Connect server without it answers 'No handler found for extension'. Use a local[*] or "
+    "spark:// master (EPOCHAL_SPARK_MASTER) instead"
+)
 
 
 def _is_connect(spark) -> bool:
@@ -112,7 +122,11 @@ class Engine:
         of a table's input rows (None: never for cost). `driver_rows`: changes of at most this
         many rows are committed on the driver through delta-rs (driver_commits.py), larger ones
         by Spark (0: always Spark). `passes`: the optimizer passes to apply
-        (names from epochal.optimize.PASSES; None: all, (): the naive plan), to compare plans."""
+        (names from epochal.optimize.PASSES; None: all, (): the naive plan), to compare plans.
+        A warehouse on an object store is checked first (StorageUnreachable names what to fix)."""
+        if _is_connect(spark):
+            raise EpochalError(CONNECT_UNSUPPORTED)
+        check_warehouse(Warehouse(warehouse).root, storage_options)
         self.spark = spark
         self.triggers = Triggers(rescan_fraction)
         self.passes = passes_named(passes)

@@ -33,7 +33,9 @@ import sys
 import time
 from datetime import datetime, timedelta, timezone
 
-from epochal.warehouse import Warehouse, local_path
+from epochal.storage import StorageUnreachable, check_warehouse
+from epochal.warehouse import Warehouse, is_local, local_path
+from resources.session import storage_options_for
 from ops.changes import ChangeConflict, batch_table, change_history
 from ops.jobs import FIRST_BATCH_AFTER_LOAD, clock_start
 from ops.tpch import TpchLoadConflict, format_scale
@@ -50,7 +52,7 @@ class ClockConflict(RuntimeError):
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m ops.demo", description=__doc__.split("\n")[0])
-    parser.add_argument("--warehouse", required=True, help="warehouse folder (created if missing)")
+    parser.add_argument("--warehouse", required=True, help="warehouse folder (created if missing) or s3a://bucket/path (the bucket must exist)")
     parser.add_argument("--scale", type=float, default=0.1, help="TPC-H scale factor")
     parser.add_argument("--batches", type=int, default=24, help="hourly batches the warehouse "
                         "should hold when the demo ends")
@@ -63,10 +65,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def _user_error(error: BaseException) -> BaseException | None:
-    """The load, change or clock conflict behind a failed run, if that is what failed it."""
+    """The load, change or clock conflict (or unusable object store) behind a failed run, if that
+    is what failed it."""
     seen = error
     while seen is not None:
-        if isinstance(seen, (TpchLoadConflict, ChangeConflict, ClockConflict)):
+        if isinstance(seen, (TpchLoadConflict, ChangeConflict, ClockConflict, StorageUnreachable)):
             return seen
         seen = seen.__cause__ or seen.__context__
     return None
@@ -99,9 +102,16 @@ def run(args: argparse.Namespace) -> int:
 
     started = time.monotonic()
     warehouse = Warehouse(args.warehouse)
-    os.makedirs(warehouse.root, exist_ok=True)
+    if is_local(warehouse.root):
+        os.makedirs(warehouse.root, exist_ok=True)
+    else:  # fail in seconds, before loading, when the store cannot be used
+        check_warehouse(warehouse.root, storage_options_for(warehouse.root))
+        os.environ["EPOCHAL_WAREHOUSE"] = warehouse.root  # the Spark session then loads hadoop-aws
     start = demo_clock(first_logical_time(warehouse.root), args.batches)
     if not os.environ.get("DAGSTER_HOME"):
+        if not is_local(warehouse.root):
+            print("DAGSTER_HOME is not set and the warehouse is not a folder: set DAGSTER_HOME", file=sys.stderr)
+            return 2
         os.environ["DAGSTER_HOME"] = os.path.join(warehouse.root, ".dagster")
     os.makedirs(os.environ["DAGSTER_HOME"], exist_ok=True)
     settings = os.path.join(os.environ["DAGSTER_HOME"], "dagster.yaml")

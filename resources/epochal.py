@@ -20,6 +20,7 @@ from pydantic import Field
 from epochal import Engine
 from epochal.errors import EpochalError
 from epochal.warehouse import is_local, local_path
+from resources.session import storage_options_for
 from resources.spark import SparkResource
 from resources.warehouse import WarehouseResource
 
@@ -70,7 +71,9 @@ class EpochalResource(ConfigurableResource):
         key = self._key(spark)
         with _lock:
             if key not in _engines:
-                _engines[key] = Engine(spark, self.warehouse.warehouse().root, parallelism=self.parallelism)
+                root = self.warehouse.warehouse().root
+                _engines[key] = Engine(spark, root, storage_options=storage_options_for(root),
+                                       parallelism=self.parallelism)
                 _defined[key] = {}
             return _engines[key]
 

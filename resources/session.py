@@ -25,7 +25,8 @@ class SparkStartError(RuntimeError):
 @dataclass(frozen=True)
 class SparkSettings:
     """How to reach Spark. `master` is `local[*]`, a `spark://host:port` standalone master or a
-    Spark Connect `sc://host:port` URL; the environment variable EPOCHAL_SPARK_MASTER overrides
+    Spark Connect `sc://host:port` URL (a Connect session, which the engine refuses: it needs
+    Delta's Connect plugin); the environment variable EPOCHAL_SPARK_MASTER overrides
     the default."""
 
     master: str = field(default_factory=lambda: os.environ.get("EPOCHAL_SPARK_MASTER", "local[*]"))
@@ -37,6 +38,134 @@ class SparkSettings:
     # Where the JVM's own output goes (Ivy's resolution report, Spark and Hadoop warnings): None
     # keeps it on this process's stdout and stderr.
     log_file: str | None = None
+    # an s3a:// warehouse: hadoop-aws on the classpath and fs.s3a.* from the environment
+    s3: bool = field(default_factory=lambda: is_s3(os.environ.get("EPOCHAL_WAREHOUSE", "")))
+
+
+# The AWS SDK version that hadoop-aws of each Hadoop release is built with (hadoop-project's
+# aws-java-sdk-v2.version). Only its s3 and s3-transfer-manager modules are resolved, not the
+# 600 MB `bundle` hadoop-aws declares: S3A needs nothing else from it.
+AWS_SDK_FOR_HADOOP = {"3.4.2": "2.29.52"}
+S3_SCHEMES = ("s3a://", "s3://")
+
+
+def is_s3(uri: str) -> bool:
+    return uri.startswith(S3_SCHEMES)
+
+
+def hadoop_version() -> str:
+    """The Hadoop version inside the installed pyspark (its hadoop-client-api JAR)."""
+    import glob
+
+    import pyspark
+
+    jars = glob.glob(os.path.join(os.path.dirname(pyspark.__file__), "jars", "hadoop-client-api-*.jar"))
+    if not jars:
+        raise SparkStartError("the installed pyspark has no hadoop-client-api JAR: cannot choose hadoop-aws")
+    return os.path.basename(jars[0])[len("hadoop-client-api-"):-len(".jar")]
+
+
+def s3_packages() -> list[str]:
+    """hadoop-aws matching pyspark's Hadoop (S3A must be the same release) and its AWS SDK modules."""
+    hadoop = hadoop_version()
+    if hadoop not in AWS_SDK_FOR_HADOOP:
+        raise SparkStartError(
+            f"no known AWS SDK version for hadoop-aws {hadoop}: add it to AWS_SDK_FOR_HADOOP in "
+            "resources/session.py (hadoop-project's aws-java-sdk-v2.version)")
+    sdk = AWS_SDK_FOR_HADOOP[hadoop]
+    return [f"org.apache.hadoop:hadoop-aws:{hadoop}", f"software.amazon.awssdk:s3:{sdk}",
+            f"software.amazon.awssdk:s3-transfer-manager:{sdk}"]
+
+
+@dataclass(frozen=True)
+class ObjectStore:
+    """An S3 or S3-compatible store as the environment names it, the same variables for Spark
+    (S3A) and delta-rs: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (read by both from the
+    environment), AWS_ENDPOINT_URL for a store other than AWS (MinIO, Ceph...; http:// allowed),
+    AWS_REGION (default us-east-1)."""
+
+    endpoint: str | None = field(default_factory=lambda: os.environ.get("AWS_ENDPOINT_URL") or None)
+    region: str = field(default_factory=lambda: os.environ.get("AWS_REGION") or "us-east-1")
+
+    def spark_conf(self) -> dict[str, str]:
+        conf = {
+            "spark.hadoop.fs.s3a.endpoint.region": self.region,
+            # S3ConditionalLogStore commits through S3A's conditional create (If-None-Match: *)
+            "spark.hadoop.fs.s3a.create.conditional.enabled": "true",
+            # fail within seconds when the store is unreachable, not after minutes of retries
+            "spark.hadoop.fs.s3a.connection.establish.timeout": "15s",  # S3A's minimum
+            "spark.hadoop.fs.s3a.attempts.maximum": "3",
+            "spark.hadoop.fs.s3a.retry.limit": "3",
+        }
+        if self.endpoint:
+            conf.update({
+                "spark.hadoop.fs.s3a.endpoint": self.endpoint,
+                "spark.hadoop.fs.s3a.path.style.access": "true",
+                "spark.hadoop.fs.s3a.connection.ssl.enabled": str(self.endpoint.startswith("https://")).lower(),
+            })
+        return conf
+
+    def storage_options(self) -> dict[str, str]:
+        """delta-rs's options: conditional put (If-None-Match) makes its commits safe with many
+        writers, as S3A's conditional create does Spark's."""
+        options = {"AWS_REGION": self.region, "AWS_CONDITIONAL_PUT": "etag"}
+        if self.endpoint:
+            options["AWS_ENDPOINT_URL"] = self.endpoint
+            options["AWS_ALLOW_HTTP"] = str(self.endpoint.startswith("http://")).lower()
+        for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+            if os.environ.get(name):
+                options[name] = os.environ[name]
+        return options
+
+
+LOGSTORE_CLASS = "io.epochal.storage.S3ConditionalLogStore"
+LOGSTORE_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "java", "S3ConditionalLogStore.java")
+LOGSTORE_JAR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".tools",
+                            "epochal-s3-logstore.jar")
+
+
+def s3_logstore_jar() -> str:
+    """The JAR of resources/java/S3ConditionalLogStore.java, compiled on first use (javac, against
+    Delta's delta-storage JAR as Spark resolved it and pyspark's Hadoop) and rebuilt when the
+    source is newer."""
+    import glob
+    import importlib.metadata
+    import subprocess
+    import tempfile
+    import zipfile
+
+    import pyspark
+
+    if os.path.exists(LOGSTORE_JAR) and os.path.getmtime(LOGSTORE_JAR) >= os.path.getmtime(LOGSTORE_SOURCE):
+        return LOGSTORE_JAR
+    version = importlib.metadata.version("delta-spark")
+    ivy = os.path.expanduser("~/.ivy2.5.2")
+    storage = (glob.glob(f"{ivy}/cache/io.delta/delta-storage/jars/delta-storage-{version}.jar")
+               + glob.glob(f"{ivy}/jars/io.delta_delta-storage-{version}.jar"))
+    if not storage:
+        raise SparkStartError(f"delta-storage {version} is not in {ivy}: run `make setup` (python -m "
+                              "resources.session) once so that Spark resolves Delta's JARs")
+    classpath = os.pathsep.join([storage[0], os.path.join(os.path.dirname(pyspark.__file__), "jars", "*")])
+    with tempfile.TemporaryDirectory(prefix="epochal-logstore-") as classes:
+        try:
+            subprocess.run(["javac", "-nowarn", "-d", classes, "-cp", classpath, LOGSTORE_SOURCE],
+                           check=True, capture_output=True, text=True)
+        except (OSError, subprocess.CalledProcessError) as error:
+            raise SparkStartError(f"could not compile {LOGSTORE_SOURCE} (needs javac from a Java 17 JDK): "
+                                  f"{getattr(error, 'stderr', '') or error}") from error
+        os.makedirs(os.path.dirname(LOGSTORE_JAR), exist_ok=True)
+        partial = LOGSTORE_JAR + f".{os.getpid()}.tmp"
+        with zipfile.ZipFile(partial, "w") as jar:
+            for folder, _, files in os.walk(classes):
+                for name in files:
+                    jar.write(os.path.join(folder, name), os.path.relpath(os.path.join(folder, name), classes))
+        os.replace(partial, LOGSTORE_JAR)  # two first uses at once: each writes its own, one wins
+    return LOGSTORE_JAR
+
+
+def storage_options_for(root: str) -> dict[str, str] | None:
+    """The delta-rs storage options for a warehouse root: None for a local folder."""
+    return ObjectStore().storage_options() if is_s3(root) else None
 
 
 def delta_artifact() -> str:
@@ -68,10 +197,11 @@ def delta_spark_session(settings: SparkSettings | None = None):
     if active is not None:
         return active
 
+    packages = [delta_artifact(), *(s3_packages() if settings.s3 else [])]
     builder = (
         SparkSession.builder.master(settings.master)
         .appName(settings.app_name)
-        .config("spark.jars.packages", delta_artifact())
+        .config("spark.jars.packages", ",".join(packages))
         .config("spark.sql.extensions", DELTA_EXTENSION)
         .config("spark.sql.catalog.spark_catalog", DELTA_CATALOG)
         .config("spark.driver.memory", settings.driver_memory)
@@ -92,7 +222,16 @@ def delta_spark_session(settings: SparkSettings | None = None):
         .config("spark.sql.maxPlanStringLength", "100000")
         .config("spark.driver.extraJavaOptions", "-Dlog4j2.level=WARN")
     )
-    for key, value in settings.extra_conf.items():
+    extra_conf = dict(settings.extra_conf)
+    if settings.s3:
+        builder = builder.config("spark.jars.excludes", "software.amazon.awssdk:bundle")
+        for key, value in ObjectStore().spark_conf().items():
+            builder = builder.config(key, value)
+        # Delta's default S3 LogStore is safe for one driver only; ours commits with conditional writes
+        extra_conf["spark.jars"] = ",".join(filter(None, [extra_conf.get("spark.jars"), s3_logstore_jar()]))
+        for scheme in ("s3a", "s3"):
+            builder = builder.config(f"spark.delta.logStore.{scheme}.impl", LOGSTORE_CLASS)
+    for key, value in extra_conf.items():
         builder = builder.config(key, value)
     try:
         with jvm_output_to(settings.log_file):

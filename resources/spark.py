@@ -17,7 +17,7 @@ from resources.session import SparkSettings, delta_spark_session
 class SparkResource(ConfigurableResource):
     master: str | None = Field(
         default=None,
-        description="local[*], spark://host:port or sc://host:port; unset: $EPOCHAL_SPARK_MASTER, "
+        description="local[*] or spark://host:port (sc:// is refused by the engine); unset: $EPOCHAL_SPARK_MASTER, "
         "else local[*]",
     )
     driver_memory: str | None = Field(

@@ -184,7 +184,7 @@ def exactly_once_problems(engine, names=None) -> list[str]:
         problems += [f"{name}: epoch {e} committed {n} times" for e, n in epochs.items() if n > 1]
         seqs = Counter(s.seq for s in committed)
         problems += [f"{name}: step {q} committed {n} times" for q, n in seqs.items() if n > 1]
-        log = DeltaLog.open(table.path)
+        log = DeltaLog.open(table.path, engine.storage_options)
         writes: Counter = Counter()
         for commit in log.commits(0) if log is not None else []:
             try:
