@@ -196,7 +196,8 @@ def summarize(run: dict) -> list[dict]:
             incremental=mean_incremental, recompute=statistics.mean(recompute),
             speedup=(statistics.mean(recompute) / mean_incremental) if mean_incremental else None,
             rows_read=statistics.mean(t["rows_read"] for t in entries),
-            jobs=cost("spark_jobs"), commits=cost("delta_commits"), driver_commits=cost("driver_commits"),
+            jobs=cost("spark_jobs"), job_seconds=cost("spark_job_seconds"), task_seconds=cost("task_seconds"),
+            commits=cost("delta_commits"), driver_commits=cost("driver_commits"),
             versions=cost("input_versions_read"), time_travel=cost("time_travel_reads"),
             megabytes=(cost("bytes_scanned") or 0) / 1e6 if cost("bytes_scanned") is not None else None,
         ))
@@ -233,13 +234,16 @@ def report_markdown(arguments, runs: list[dict], sweep: list[dict], started: str
                   f"batches + one empty commit): mean {statistics.mean(floors):.2f} s.", "",
                   "Per table (a step's seconds overlap with other tables' steps: the epoch runs "
                   "`parallelism` steps at once; recomputes run as many at once). Jobs, commits (on the driver), "
-                  "input versions read (time-travel reads) and MB scanned are per step.", "",
-                  "| table | techniques | step s | recompute s | speedup | jobs | commits (driver) | versions (reads) "
-                  "| MB scanned | rows read |",
-                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                  "input versions read (time-travel reads) and MB scanned are per step; "
+                  "job s: from each job's submission to its end, summed (a step far above it waits outside "
+                  "Spark's jobs: planning, Python, commits); task s: its tasks' run time.", "",
+                  "| table | techniques | step s | recompute s | speedup | jobs | job s | task s | commits (driver) "
+                  "| versions (reads) | MB scanned | rows read |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for r in rows:
             lines.append(f"| {r['table']} | {r['techniques']} | {_format(r['incremental'])} | {_format(r['recompute'])} | "
-                         f"{_format(r['speedup'], 1)} | {_format(r['jobs'], 0)} | {_format(r['commits'], 0)} "
+                         f"{_format(r['speedup'], 1)} | {_format(r['jobs'], 0)} | {_format(r['job_seconds'])} | "
+                         f"{_format(r['task_seconds'])} | {_format(r['commits'], 0)} "
                          f"({_format(r['driver_commits'], 0)}) | {_format(r['versions'], 0)} ({_format(r['time_travel'], 0)}) "
                          f"| {_format(r['megabytes'], 1)} | {r['rows_read']:.0f} |")
         lines.append("")

@@ -3,10 +3,11 @@ sources, a first epoch and then a few epochs of fixed change batches, each step'
 counts (Spark jobs, Delta commits and those made on the driver, change reads shared or by Spark,
 input versions read, bytes scanned) printed per table, and the whole epoch's wall seconds.
 
-    .venv/bin/python -m bench.step_costs [--epochs 3] [--driver-rows 0] [--parallelism 2]
+    .venv/bin/python -m bench.step_costs [--epochs 3] [--driver-rows 0] [--parallelism 2] [--conf k=v]
 
 `--driver-rows 0` turns driver commits and shared change batches off (every read and write by
-Spark), to compare the two paths in one session.
+Spark), to compare the two paths in one session; `--conf` sets a Spark conf when the session
+is built (e.g. `--conf spark.sql.adaptive.enabled=false`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ def main(argv=None) -> None:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--driver-rows", type=int, default=None, help="Engine(driver_rows=...); default the engine's")
     parser.add_argument("--parallelism", type=int, default=2)
+    parser.add_argument("--conf", action="append", default=[], help="a Spark SQL conf key=value")
     arguments = parser.parse_args(argv)
 
     from epochal import Engine
@@ -37,7 +39,8 @@ def main(argv=None) -> None:
     from tests.support import SyntheticSource
     from tests.test_differential import A_INITIAL, A_SCHEMA, B_INITIAL, B_SCHEMA, DEFINITIONS
 
-    spark = delta_spark_session(SparkSettings(shuffle_partitions=2, ui=False))
+    confs = dict(pair.split("=", 1) for pair in arguments.conf)
+    spark = delta_spark_session(SparkSettings(shuffle_partitions=2, ui=False, extra_conf=confs))
     root = tempfile.mkdtemp(prefix="epochal-step-costs-")
     a = SyntheticSource(spark, f"{root}/sources/a", A_SCHEMA, A_INITIAL)
     b = SyntheticSource(spark, f"{root}/sources/b", B_SCHEMA, B_INITIAL)
@@ -56,7 +59,7 @@ def main(argv=None) -> None:
         for report in reports:
             per_table.setdefault(report.table, []).append(report)
         print(f"epoch {epoch}: {walls[-1]:.2f} s for {len(reports)} tables", flush=True)
-    keys = ("spark_jobs", "delta_commits", "driver_commits", "change_reads", "shared_change_reads",
+    keys = ("spark_jobs", "spark_job_seconds", "task_seconds", "delta_commits", "driver_commits", "change_reads", "shared_change_reads",
             "input_versions_read", "time_travel_reads", "bytes_scanned")
     print("\n| table | step s | " + " | ".join(keys) + " | phases (s) |")
     print("|---|---:|" + "---:|" * len(keys) + "---|")
@@ -71,10 +74,10 @@ def main(argv=None) -> None:
             for phase, seconds in r.detail.get("phases", {}).items():
                 phases.setdefault(phase, []).append(seconds)
         print(f"| {name} | {statistics.mean(r.seconds for r in steps):.2f} | "
-              + " | ".join(f"{m:.0f}" for m in means) + " | "
+              + " | ".join(f"{m:.2f}" if k.endswith("seconds") else f"{m:.0f}" for k, m in zip(keys, means)) + " | "
               + ", ".join(f"{p} {statistics.mean(v):.2f}" for p, v in phases.items()) + " |")
     print(f"\nwhole epoch: mean {statistics.mean(walls):.2f} s over {len(walls)} epochs (parallelism "
-          f"{arguments.parallelism}, driver_rows {engine.driver_rows})")
+          f"{arguments.parallelism}, driver_rows {engine.driver_rows}, confs {arguments.conf or 'none'})")
 
 
 if __name__ == "__main__":

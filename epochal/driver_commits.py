@@ -22,9 +22,11 @@ from __future__ import annotations
 import math
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.transaction import Transaction
 
+from .errors import StateInconsistent
 from .graph import WEIGHT
 
 OP = "__op"
@@ -63,9 +65,16 @@ def _same(columns, target: str = "t", source: str = "s") -> str:
 
 
 def _hashable(value):
-    """A key value as Spark's null-safe equality compares it: NULL equals NULL (None == None in
-    Python already) and NaN equals NaN (float NaNs never compare equal in Python)."""
-    return "NaN" if isinstance(value, float) and math.isnan(value) else value
+    """A value as Spark's null-safe equality compares it: NULL equals NULL (None == None in
+    Python already), NaN equals NaN (float NaNs never compare equal in Python); arrays, maps and
+    structs (lists, key-value lists and dicts in Python) by their elements."""
+    if isinstance(value, float) and math.isnan(value):
+        return "NaN"
+    if isinstance(value, (list, tuple)):
+        return tuple(map(_hashable, value))
+    if isinstance(value, dict):
+        return tuple((k, _hashable(v)) for k, v in value.items())
+    return value
 
 
 def _key_tuples(rows: pa.Table, key: list[str]) -> list[tuple]:
@@ -77,8 +86,6 @@ def _key_tuples(rows: pa.Table, key: list[str]) -> list[tuple]:
 def keyed_rows(change: pa.Table, columns: list[str], key: list[str]) -> pa.Table:
     """writes.keyed_source on the driver: `upsert` for each +row, `delete` for each -row whose key
     has no +row."""
-    import pyarrow.compute as pc
-
     weight = change.column(WEIGHT)
     plus, minus = change.filter(pc.greater(weight, 0)), change.filter(pc.less(weight, 0))
     plus_keys = set(_key_tuples(plus, key))
@@ -87,6 +94,40 @@ def keyed_rows(change: pa.Table, columns: list[str], key: list[str]) -> pa.Table
     upserts = plus.select(columns).append_column(OP, pa.array(["upsert"] * plus.num_rows, pa.string()))
     deletes = minus.select(columns).append_column(OP, pa.array(["delete"] * minus.num_rows, pa.string()))
     return pa.concat_tables([upserts, deletes])
+
+
+def copies_of(base: pa.Table, wanted: pa.Table, columns: list[str]) -> dict[tuple, int]:
+    """How many copies `base` holds of each row of `wanted` (rows as _key_tuples over `columns`)."""
+    counts = dict.fromkeys(_key_tuples(wanted, columns), 0)
+    if base.num_rows:
+        aligned = pa.table({c: base.column(c).cast(wanted.schema.field(c).type) for c in columns})
+        for row in _key_tuples(aligned, columns):
+            if row in counts:
+                counts[row] += 1
+    return counts
+
+
+def copies_counted(counts: pa.Table, columns: list[str], count: str) -> dict[tuple, int]:
+    """copies_of from rows already counted (by Spark), the count in column `count`."""
+    return dict(zip(_key_tuples(counts, columns), counts.column(count).to_pylist()))
+
+
+def multiset_rows(change: pa.Table, columns: list[str], copies: dict[tuple, int]) -> pa.Table:
+    """writes.multiset_source on the driver: one `delete` row per row whose multiplicity drops
+    (matching all its copies) and `insert` rows for the copies that remain, one `insert` row per
+    copy of a +row. `copies`: the table's copies of each row the change deletes (copies_of)."""
+    weight = change.column(WEIGHT)
+    plus, minus = change.filter(pc.greater(weight, 0)), change.filter(pc.less(weight, 0))
+    remaining = [copies.get(row, 0) + w for row, w in zip(_key_tuples(minus, columns), minus.column(WEIGHT).to_pylist())]
+    if any(m < 0 for m in remaining):
+        raise StateInconsistent("the change deletes more copies of a row than the table holds")
+    times = plus.column(WEIGHT).to_pylist() + remaining
+    both = pa.concat_tables([plus.select(columns), minus.select(columns)])
+    inserts = both.take(pa.array([i for i, n in enumerate(times) for _ in range(n)], pa.int64()))
+    return pa.concat_tables([
+        minus.select(columns).append_column(OP, pa.array(["delete"] * minus.num_rows, pa.string())),
+        inserts.append_column(OP, pa.array(["insert"] * inserts.num_rows, pa.string())),
+    ])
 
 
 def merge_keyed(table: DeltaTable, rows: pa.Table, columns: list[str], key: list[str], app_id: str, seq: int,

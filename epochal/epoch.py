@@ -27,6 +27,7 @@ from functools import partial, reduce
 from datetime import datetime
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType
@@ -47,6 +48,7 @@ from .writes import (
     apply_keyed,
     apply_multiset,
     commit_tag,
+    copies_in,
     keyed_source,
     multiset_source,
     version_written,
@@ -416,8 +418,8 @@ def _rescan_change(engine, table, inputs, ctx: Context | None):
 class Collected:
     """A step's change (columns and WEIGHT) and its state merges' rows, on the driver as Arrow."""
 
-    change: "pa.Table | None"
-    states: dict[int, "pa.Table"]  # id(StateWrite) -> its rows, with one `__bad<i>` flag per check
+    change: pa.Table | None
+    states: dict[int, pa.Table]  # id(StateWrite) -> its rows, with one `__bad<i>` flag per check
 
 
 def _collect_small(change: DataFrame | None, state: StateStore, limit: int) -> Collected | None:
@@ -446,8 +448,6 @@ def _collect_small(change: DataFrame | None, state: StateStore, limit: int) -> C
 
 def _figures_on_driver(collected: Collected, state: StateStore) -> tuple[int, int, list]:
     """_figures_and_checks over collected rows: the same figures and checks, no Spark job."""
-    import pyarrow.compute as pc
-
     for write in state.writes:
         rows = collected.states.get(id(write))
         if rows is None:
@@ -513,48 +513,63 @@ def _output_target(engine, table, step: Step) -> tuple[int, int, str, str]:
 
 
 def _write_output(engine, table, step: Step, change: DataFrame, base: DataFrame, inserted: int,
-                  deleted: int, meter: Meter, collected: "pa.Table | None" = None) -> int:
+                  deleted: int, meter: Meter, collected: pa.Table | None = None) -> int:
     """Apply the change: keyed (incremental steps of a table with a unique key) or as a multiset;
     committed on the driver when it has at most `engine.driver_rows` rows, else by Spark.
     `collected`: the change, already on the driver."""
-    spark = engine.spark
     columns = [f.name for f in table.schema.fields]
     previous, since, app, tag = _output_target(engine, table, step)
     if inserted or deleted:
         keyed = table.key is not None and step.technique == INCREMENTAL
         key = [columns[i] for i in table.key] if keyed else None
-        if keyed:
-            source, persisted = keyed_source(change, columns, key), []
-        else:
-            source, persisted = multiset_source(change, columns, base if deleted else None)
         meter.commits += 1
-        try:
-            if inserted + deleted <= engine.driver_rows:
-                meter.driver_commits += 1
-                target = driver_commits.open_unwritten(table.path, app, step.seq, engine.storage_options)
-                if target is None:
-                    pass  # a crashed run of this step wrote it
-                elif keyed:
-                    rows = driver_commits.keyed_rows(collected, columns, key) if collected is not None \
-                        else source.toArrow()
-                    driver_commits.merge_keyed(target, rows, columns, key, app, step.seq, tag)
-                elif deleted:
-                    driver_commits.merge_multiset(target, source.toArrow(), columns, app, step.seq, tag)
-                else:
-                    driver_commits.append(target, source.drop(OP).toArrow(), app, step.seq, tag,
-                                          engine.storage_options)
-            else:
-                identity = write_identity(spark, app, step.seq, tag)
+        if inserted + deleted <= engine.driver_rows:
+            meter.driver_commits += 1
+            target = driver_commits.open_unwritten(table.path, app, step.seq, engine.storage_options)
+            if target is not None:  # else a crashed run of this step wrote it
+                rows = collected if collected is not None else change.toArrow()
                 if keyed:
-                    apply_keyed(spark, table.path, source, columns, key, identity)
+                    driver_commits.merge_keyed(target, driver_commits.keyed_rows(rows, columns, key), columns, key,
+                                               app, step.seq, tag)
+                elif deleted:
+                    copies = _copies(engine, table, step, change, base, rows, columns)
+                    driver_commits.merge_multiset(target, driver_commits.multiset_rows(rows, columns, copies),
+                                                  columns, app, step.seq, tag)
                 else:
-                    apply_multiset(spark, table.path, source, columns, identity,
-                                   lambda frame: writer(frame, app, step.seq, tag), has_deletes=deleted > 0)
-        finally:
-            for frame in persisted:
-                frame.unpersist()
+                    driver_commits.append(target, driver_commits.multiset_rows(rows, columns, {}).drop_columns([OP]),
+                                          app, step.seq, tag, engine.storage_options)
+        else:
+            _write_output_with_spark(engine, table, step, change, base, columns, key, deleted, app, tag)
     written = version_written(table.path, table.name, step.seq, "output", since, engine.storage_options)
     return written if written is not None else max(previous, step.output_version)
+
+
+def _copies(engine, table, step: Step, change: DataFrame, base: DataFrame, rows: pa.Table,
+            columns: list[str]) -> dict[tuple, int]:
+    """The copies the table holds of each row the change deletes: counted on the driver when the
+    refresh read the table's version as Arrow, else by Spark."""
+    reads = getattr(engine, "reads", None)
+    held = reads.snapshot_rows(table.path, step.output_version) \
+        if reads is not None and step.technique == INCREMENTAL and step.output_version >= 0 else None
+    if held is None:
+        return copies_in(base, change, columns)
+    return driver_commits.copies_of(held, rows.filter(pc.less(rows.column(WEIGHT), 0)), columns)
+
+
+def _write_output_with_spark(engine, table, step: Step, change: DataFrame, base: DataFrame, columns: list[str],
+                             key: list[str] | None, deleted: int, app: str, tag: str) -> None:
+    spark = engine.spark
+    identity = write_identity(spark, app, step.seq, tag)
+    if key is not None:
+        apply_keyed(spark, table.path, keyed_source(change, columns, key), columns, key, identity)
+        return
+    source, persisted = multiset_source(change, columns, base if deleted else None)
+    try:
+        apply_multiset(spark, table.path, source, columns, identity,
+                       lambda frame: writer(frame, app, step.seq, tag), has_deletes=deleted > 0)
+    finally:
+        for frame in persisted:
+            frame.unpersist()
 
 
 def _replace_output(engine, table, step: Step, full: DataFrame) -> tuple[int, int, int]:

@@ -32,6 +32,10 @@ class Meter:
         self.reads: Counter = Counter()
         self.jobs: int | None = None
         self.bytes_scanned: int | None = None
+        # seconds from each job's submission to its end, summed; and its tasks' run time: a step
+        # whose seconds are far above these waits outside Spark's jobs (planning, Python, commits)
+        self.job_seconds: float | None = None
+        self.task_seconds: float | None = None
         self.job_names: list[str] = []  # in the report's detail with EPOCHAL_JOB_NAMES=1 (diagnosis)
 
     def note_read(self, kind: str, name: str, versions) -> None:
@@ -41,7 +45,8 @@ class Meter:
         """Count the jobs run in the group so far, and their input bytes."""
         context = _context(spark)
         if context is not None:
-            self.jobs, self.bytes_scanned, self.job_names = _jobs_and_bytes(context, self.group)
+            self.jobs, self.bytes_scanned, self.job_names, self.job_seconds, self.task_seconds = \
+                _jobs_and_bytes(context, self.group)
 
     def as_dict(self) -> dict:
         names = {"spark_job_names": self.job_names} if os.environ.get("EPOCHAL_JOB_NAMES") else {}
@@ -49,6 +54,8 @@ class Meter:
         return {
             "spark_jobs": self.jobs,
             "bytes_scanned": self.bytes_scanned,
+            "spark_job_seconds": self.job_seconds,
+            "task_seconds": self.task_seconds,
             "delta_commits": self.commits,
             "driver_commits": self.driver_commits,
             "change_reads": sum(n for key, n in self.reads.items() if key[0] == "changes"),
@@ -82,20 +89,26 @@ def metered(spark, meter: Meter):
         context.setLocalProperty(JOB_GROUP, previous)
 
 
-def _jobs_and_bytes(context, group: str) -> tuple[int, int | None, list[str]]:
+def _jobs_and_bytes(context, group: str) -> tuple[int, int | None, list[str], float | None, float | None]:
     ids = context.statusTracker().getJobIdsForGroup(group)
     try:
         store = context._jsc.sc().statusStore()
-        total, names = 0, []
+        total, names, job_ms, task_ms = 0, [], 0, 0
         for job in sorted(ids):
             data = store.job(job)
-            names.append(str(data.name()))
+            ms = 0
+            if data.submissionTime().isDefined() and data.completionTime().isDefined():
+                ms = data.completionTime().get().getTime() - data.submissionTime().get().getTime()
+            job_ms += ms
+            names.append(f"{data.name()} [{ms} ms]")
             stages = data.stageIds().iterator()
             while stages.hasNext():
                 try:
-                    total += store.lastStageAttempt(stages.next()).inputBytes()
+                    stage = store.lastStageAttempt(stages.next())
                 except Exception:  # noqa: BLE001 - a stage that never ran (skipped) has no attempt
                     continue
-        return len(ids), total, names
+                total += stage.inputBytes()
+                task_ms += stage.executorRunTime()
+        return len(ids), total, names, round(job_ms / 1000, 3), round(task_ms / 1000, 3)
     except Exception:  # noqa: BLE001 - the status store is Spark's internal API: count jobs without it
-        return len(ids), None, []
+        return len(ids), None, [], None, None

@@ -95,10 +95,14 @@ class SharedReads:
         # delta-rs's Arrow types (string views, time zones) as Spark reads them
         return spark.createDataFrame(local.cast(to_arrow_schema(shape)), schema=shape)
 
+    def snapshot_rows(self, path: str, version: int) -> pa.Table | None:
+        """The table as of `version` as Arrow (delta-rs's types), or None when it is Spark's to read."""
+        return self._once(("version", path, version), lambda: self._snapshot(path, version))
+
     def snapshot(self, spark, path: str, version: int, schema: StructType | None = None) -> DataFrame | None:
         """The table as of `version` as a local relation (with `schema`, else the table's), or
         None when it is Spark's to read."""
-        data = self._once(("version", path, version), lambda: self._snapshot(path, version))
+        data = self.snapshot_rows(path, version)
         if data is None:
             return None
         if schema is None:

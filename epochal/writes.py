@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType
 
 from . import driver_commits
-from .changes import quoted, null_safe_on
+from .changes import null_safe_on, quoted, restrict
 from .driver_commits import OP
 from .deltalog import DeltaLog
 from .errors import StateInconsistent
@@ -129,7 +129,7 @@ def multiset_source(change: DataFrame, columns: list[str], base: DataFrame | Non
         copies = plus.select(*keep, F.explode(F.sequence(F.lit(1), F.col(WEIGHT))).alias("__copy"))
         return copies.select(*keep, F.lit("insert").alias(OP)), []
     minus = change.filter(F.col(WEIGHT) < 0)
-    counts = base.groupBy(*keep).agg(F.count(F.lit(1)).alias("__n"))
+    counts = restrict(base, minus, columns).groupBy(*keep).agg(F.count(F.lit(1)).alias("__n"))
     counts = counts.select(*[F.col(quoted(c)).alias(f"__b{i}") for i, c in enumerate(columns)], "__n")
     minus = minus.join(counts, null_safe_on(minus, counts, [(c, f"__b{i}") for i, c in enumerate(columns)]), "left")
     remaining = F.coalesce(F.col("__n"), F.lit(0)).cast(LongType()) + F.col(WEIGHT)
@@ -145,6 +145,15 @@ def multiset_source(change: DataFrame, columns: list[str], base: DataFrame | Non
     )
     inserts = inserts.select(*keep, F.explode(F.sequence(F.lit(1), F.col("__times"))).alias("__copy"))
     return markers.unionByName(inserts.select(*keep, F.lit("insert").alias(OP))), [minus]
+
+
+def copies_in(base: DataFrame, change: DataFrame, columns: list[str]) -> dict[tuple, int]:
+    """How many copies `base` holds of each row the change deletes, counted by Spark over the
+    base's rows that equal one (a semi-join first, not a count of every row of the base)."""
+    minus = change.filter(F.col(WEIGHT) < 0).select(*[F.col(quoted(c)) for c in columns])
+    counts = restrict(base, minus, columns).groupBy(*[F.col(quoted(c)) for c in columns]).agg(
+        F.count(F.lit(1)).alias("__n"))
+    return driver_commits.copies_counted(counts.toArrow(), columns, "__n")
 
 
 def apply_multiset(spark, path: str, source: DataFrame, columns: list[str], identity, append_writer,

@@ -12,6 +12,8 @@ import uuid
 from collections import Counter
 from decimal import Decimal
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -19,7 +21,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 
 from epochal import driver_commits
 from epochal.graph import WEIGHT
-from epochal.writes import keyed_source, multiset_source
+from epochal.writes import copies_in, keyed_source, multiset_source
 from tests.support import as_multiset, feed_problems
 
 SCHEMA = "k int, g string, d decimal(10,2)"
@@ -60,26 +62,56 @@ def multiset_changes(draw):
     return changes
 
 
+def _multiset_source(spark, path: str, change: Counter, seq: int, shaped_on: str):
+    """The MERGE source of a multiset change, shaped as the engine shapes it: by Spark
+    (writes.multiset_source), or on the driver (driver_commits.multiset_rows) with the copies
+    counted from a delta-rs read of the table (odd seq) or by Spark (writes.copies_in)."""
+    from deltalake import DeltaTable
+
+    frame = _change_frame(spark, change)
+    deletes = any(w < 0 for w in change.values())
+    base = spark.read.format("delta").load(path) if deletes else None
+    if shaped_on == "spark":
+        source, persisted = multiset_source(frame, COLUMNS, base)
+        rows = source.toArrow()
+        for persisted_frame in persisted:
+            persisted_frame.unpersist()
+        return rows
+    rows = frame.toArrow()
+    copies = {}
+    if deletes and seq % 2:
+        minus = rows.filter(pc.less(rows.column(WEIGHT), 0))
+        copies = driver_commits.copies_of(DeltaTable(path).to_pyarrow_table(), minus, COLUMNS)
+    elif deletes:
+        copies = copies_in(base, frame, COLUMNS)
+    return driver_commits.multiset_rows(rows, COLUMNS, copies)
+
+
 @SETTINGS
 @given(changes=multiset_changes())
-def test_multiset_commits_apply_the_change_and_record_it_exactly(spark, tmp_path_factory, changes):
+@pytest.mark.parametrize("shaped_on", ["spark", "driver"])
+def test_multiset_commits_apply_the_change_and_record_it_exactly(spark, tmp_path_factory, changes, shaped_on):
     root = str(tmp_path_factory.mktemp("multiset"))
     path = _create(spark, root, INITIAL)
     expected = Counter(INITIAL)
     for seq, change in enumerate(changes, start=1):
-        deletes = any(w < 0 for w in change.values())
-        base = spark.read.format("delta").load(path) if deletes else None
-        source, persisted = multiset_source(_change_frame(spark, change), COLUMNS, base)
+        rows = _multiset_source(spark, path, change, seq, shaped_on)
         table = driver_commits.open_unwritten(path, "test/multiset", seq)
-        if deletes:
-            driver_commits.merge_multiset(table, source.toArrow(), COLUMNS, "test/multiset", seq, "tag")
+        if any(w < 0 for w in change.values()):
+            driver_commits.merge_multiset(table, rows, COLUMNS, "test/multiset", seq, "tag")
         else:
-            driver_commits.append(table, source.drop(driver_commits.OP).toArrow(), "test/multiset", seq, "tag")
-        for frame in persisted:
-            frame.unpersist()
+            driver_commits.append(table, rows.drop_columns([driver_commits.OP]), "test/multiset", seq, "tag")
         expected.update(change)
         assert as_multiset(spark.read.format("delta").load(path)) == +expected
     assert not feed_problems(path, spark)
+
+
+def test_copies_are_counted_as_spark_compares_rows():
+    """NULL equals NULL, NaN equals NaN, arrays and structs by their elements."""
+    wanted = pa.table({"f": [float("nan"), None, 1.0], "a": [[1, None], None, []], "s": [{"x": 1}, {"x": None}, None]})
+    base = pa.concat_tables([wanted, wanted.slice(0, 1), pa.table({"f": [1.0], "a": [[]], "s": [{"x": 2}]},
+                                                                    schema=wanted.schema)])
+    assert sorted(driver_commits.copies_of(base, wanted, ["f", "a", "s"]).values()) == [1, 1, 2]
 
 
 @st.composite
