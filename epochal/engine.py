@@ -45,7 +45,7 @@ from .sessions import engine_confs, session_confs
 from .storage import check_warehouse
 from .warehouse import Warehouse, check_name
 
-DRIVER_ROWS = 50_000  # see driver_commits.py and bench/driver_commits.py for the measurement
+DRIVER_ROWS = 50_000  # see driver_commits.py; measured in README (Engine: driver commits)
 DELTA_FORBIDDEN = re.compile(r"[ ,;{}()\n\t=]")
 
 

@@ -111,11 +111,16 @@ class SharedReads:
             schema = StructType.fromJson(json.loads(table_at(path, version, self.storage_options).schema().to_json()))
         return self._local(spark, data, schema, None)
 
+    def change_rows(self, path: str, before: int, after: int) -> pa.Table | None:
+        """The change feed of versions before+1..after as Arrow (every column, `_change_type`),
+        or None when the batch is Spark's to read."""
+        return self._once(("changes", path, before, after), lambda: self._changes(path, before, after))
+
     def changes(self, spark, path: str, before: int, after: int, schema: StructType,
                 columns: list[str]) -> DataFrame | None:
         """The weighted change rows of versions before+1..after for `columns` as a local
         relation, or None when the batch is Spark's to read."""
-        data = self._once(("changes", path, before, after), lambda: self._changes(path, before, after))
+        data = self.change_rows(path, before, after)
         if data is None:
             return None
         positive = pc.is_in(data.column(CHANGE_TYPE).cast(pa.string()), value_set=pa.array(POSITIVE_TYPES))

@@ -33,11 +33,17 @@ def spark_home() -> Path:
     return Path(pyspark.__file__).resolve().parent
 
 
+# set by PySpark in its own process once a Spark Connect session is made; a classic session
+# (here or in a child process that inherits them) then fails with CONNECT_URL_NOT_SET
+CONNECT_ENVIRONMENT = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE")
+
+
 def loopback_env(**extra: str) -> dict[str, str]:
     """The environment of every Spark process here: SPARK_LOCAL_IP makes the RPC endpoints, block
     managers and web UIs bind 127.0.0.1 (their default is every interface)."""
-    env = {**os.environ, "SPARK_HOME": str(spark_home()), "SPARK_LOCAL_IP": LOOPBACK,
-           "SPARK_LOCAL_HOSTNAME": "localhost", "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    env = {name: value for name, value in os.environ.items() if name not in CONNECT_ENVIRONMENT}
+    env.update({"SPARK_HOME": str(spark_home()), "SPARK_LOCAL_IP": LOOPBACK,
+                "SPARK_LOCAL_HOSTNAME": "localhost", "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"})
     env.update(extra)
     return env
 

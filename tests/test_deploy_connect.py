@@ -12,10 +12,12 @@ with an error naming the missing plugin, having written nothing.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from resources.session import DELTA_CATALOG, DELTA_EXTENSION, delta_artifact
-from tests.deploy import LOOPBACK, assert_loopback_only, free_port, server, spark_home
+from tests.deploy import CONNECT_ENVIRONMENT, LOOPBACK, assert_loopback_only, free_port, server, spark_home
 
 pytestmark = pytest.mark.deploy
 
@@ -52,11 +54,19 @@ def test_the_connect_server_listens_on_loopback_only(connect_server):
 def remote(connect_server):
     from pyspark.sql import SparkSession
 
+    before = {name: os.environ.get(name) for name in CONNECT_ENVIRONMENT}
     session = SparkSession.builder.remote(connect_server[0]).create()
     try:
         yield session
     finally:
         session.stop()
+        # PySpark marks the whole process as Spark Connect's in its environment; undo it, or every
+        # later session of this process (and every process it starts) asks for a Connect URL
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def test_delta_reads_and_writes_work_through_connect(remote, tmp_path):
