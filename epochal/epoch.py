@@ -336,10 +336,7 @@ def _compute_and_write_metered(engine, table, step: Step, began: float, meter: M
             refused = partial(rescan.refusals, f"the inputs of {table.name!r} as of this epoch's start")
             with refused():
                 change = _incremental_change(table, ctx)
-            shared = reads.snapshot(spark, table.path, step.output_version, table.schema) \
-                if reads is not None and step.output_version >= 0 else None
-            base = shared if shared is not None else read_snapshot(spark, table.path, step.output_version, table.schema)
-            full = None
+            base, full = None, None  # the version the step starts from: read by _base if a write needs it
         else:
             rows_read = 0
             refused = nullcontext
@@ -512,7 +509,7 @@ def _output_target(engine, table, step: Step) -> tuple[int, int, str, str]:
     return previous, since, f"epochal/{table.name}", _tag(table, step, "output")
 
 
-def _write_output(engine, table, step: Step, change: DataFrame, base: DataFrame, inserted: int,
+def _write_output(engine, table, step: Step, change: DataFrame, base: DataFrame | None, inserted: int,
                   deleted: int, meter: Meter, collected: pa.Table | None = None) -> int:
     """Apply the change: keyed (incremental steps of a table with a unique key) or as a multiset;
     committed on the driver when it has at most `engine.driver_rows` rows, else by Spark.
@@ -544,7 +541,7 @@ def _write_output(engine, table, step: Step, change: DataFrame, base: DataFrame,
     return written if written is not None else max(previous, step.output_version)
 
 
-def _copies(engine, table, step: Step, change: DataFrame, base: DataFrame, rows: pa.Table,
+def _copies(engine, table, step: Step, change: DataFrame, base: DataFrame | None, rows: pa.Table,
             columns: list[str]) -> dict[tuple, int]:
     """The copies the table holds of each row the change deletes: counted on the driver when the
     refresh read the table's version as Arrow, else by Spark."""
@@ -552,18 +549,31 @@ def _copies(engine, table, step: Step, change: DataFrame, base: DataFrame, rows:
     held = reads.snapshot_rows(table.path, step.output_version) \
         if reads is not None and step.technique == INCREMENTAL and step.output_version >= 0 else None
     if held is None:
-        return copies_in(base, change, columns)
+        return copies_in(_base(engine, table, step, base), change, columns)
     return driver_commits.copies_of(held, rows.filter(pc.less(rows.column(WEIGHT), 0)), columns)
 
 
-def _write_output_with_spark(engine, table, step: Step, change: DataFrame, base: DataFrame, columns: list[str],
+def _base(engine, table, step: Step, base: DataFrame | None) -> DataFrame:
+    """The rows the change applies to: `base` (a rescan's read of the table), else the version an
+    incremental step starts from, shared by the refresh when small. Only a multiset change with
+    deletes reads it, so keyed steps and inserts never do."""
+    if base is not None:
+        return base
+    reads = getattr(engine, "reads", None)
+    shared = reads.snapshot(engine.spark, table.path, step.output_version, table.schema) \
+        if reads is not None and step.output_version >= 0 else None
+    return shared if shared is not None else read_snapshot(engine.spark, table.path, step.output_version,
+                                                           table.schema)
+
+
+def _write_output_with_spark(engine, table, step: Step, change: DataFrame, base: DataFrame | None, columns: list[str],
                              key: list[str] | None, deleted: int, app: str, tag: str) -> None:
     spark = engine.spark
     identity = write_identity(spark, app, step.seq, tag)
     if key is not None:
         apply_keyed(spark, table.path, keyed_source(change, columns, key), columns, key, identity)
         return
-    source, persisted = multiset_source(change, columns, base if deleted else None)
+    source, persisted = multiset_source(change, columns, _base(engine, table, step, base) if deleted else None)
     try:
         apply_multiset(spark, table.path, source, columns, identity,
                        lambda frame: writer(frame, app, step.seq, tag), has_deletes=deleted > 0)
