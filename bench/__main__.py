@@ -227,6 +227,7 @@ def summarize(run: dict) -> list[dict]:
             jobs=cost("spark_jobs"), job_seconds=cost("spark_job_seconds"), task_seconds=cost("task_seconds"),
             commits=cost("delta_commits"), driver_commits=cost("driver_commits"),
             versions=cost("input_versions_read"), time_travel=cost("time_travel_reads"),
+            restricted=cost("restricted_version_reads"),
             megabytes=(cost("bytes_scanned") or 0) / 1e6 if cost("bytes_scanned") is not None else None,
         ))
     return rows
@@ -269,17 +270,19 @@ def report_markdown(arguments, runs: list[dict], sweep: list[dict], started: str
                   "them (on the driver, shared by the epoch's steps).", "",
                   "Per table (a step's seconds overlap with other tables' steps: the epoch runs "
                   "`parallelism` steps at once; recomputes run as many at once). Jobs, commits (on the driver), "
-                  "input versions read (time-travel reads) and MB scanned are per step; "
+                  "input versions read (time-travel reads through Spark / reads of some keys' rows on the "
+                  "driver) and MB scanned are per step; "
                   "job s: from each job's submission to its end, summed (a step far above it waits outside "
                   "Spark's jobs: planning, Python, commits); task s: its tasks' run time.", "",
                   "| table | techniques | step s | recompute s | speedup | jobs | job s | task s | commits (driver) "
-                  "| versions (reads) | MB scanned | rows read |",
+                  "| versions (Spark / keys) | MB scanned | rows read |",
                   "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for r in rows:
             lines.append(f"| {r['table']} | {r['techniques']} | {_format(r['incremental'])} | {_format(r['recompute'])} | "
                          f"{_format(r['speedup'], 1)} | {_format(r['jobs'], 0)} | {_format(r['job_seconds'])} | "
                          f"{_format(r['task_seconds'])} | {_format(r['commits'], 0)} "
-                         f"({_format(r['driver_commits'], 0)}) | {_format(r['versions'], 0)} ({_format(r['time_travel'], 0)}) "
+                         f"({_format(r['driver_commits'], 0)}) | {_format(r['versions'], 0)} ({_format(r['time_travel'], 0)} / "
+                         f"{_format(r.get('restricted'), 0)}) "
                          f"| {_format(r['megabytes'], 1)} | {r['rows_read']:.0f} |")
         lines.append("")
     if sweep:

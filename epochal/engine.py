@@ -32,6 +32,7 @@ from .compile import Compiled, compile_definition, parse, referenced_tables
 from .context import InputRange
 from .deltalog import DeltaLog
 from .epoch import Report
+from .graph import Scan, walk
 from .errors import DefinitionError, EpochalError
 from .invalidation import Invalidation
 from .invalidation import compute as compute_invalidation
@@ -321,11 +322,23 @@ class Engine:
         `parallelism` at a time (each in its own child session, whose settings are its own), with
         the settings the steps depend on (sessions.engine_confs). After
         a failure no new table starts; the first error is raised once the running ones finish."""
-        reads = SharedReads(self.storage_options, self.driver_rows)
+        reads = SharedReads(self.storage_options, self.driver_rows, self._columns_read(names))
         try:
             return self._run_steps(names, epoch, full_refresh, reads)
         finally:
             reads.clear()
+
+    def _columns_read(self, names: list[str]) -> dict[str, set[str]]:
+        """Per input table path, the columns the plans of `names` read from it (what a shared
+        restricted read fetches, once for all of them)."""
+        columns: dict[str, set[str]] = {}
+        for name in names:
+            plan = self.table(name).compiled.plan
+            for node in walk(plan) if plan is not None else ():
+                if isinstance(node, Scan):
+                    path = self.sources[node.table].path if node.table in self.sources else self.table(node.table).path
+                    columns.setdefault(path, set()).update(node.fields)
+        return columns
 
     def _run_steps(self, names: list[str], epoch: Epoch, full_refresh: bool, reads: SharedReads) -> list[Report]:
         confs = engine_confs(self.spark)

@@ -28,7 +28,8 @@ class Meter:
         self.commits = 0
         self.driver_commits = 0
         # (kind, input, version(s)) -> times read; kind "changes" or "version" through Spark,
-        # "shared changes" or "shared version" through shared_reads.py
+        # "shared changes", "shared version" or "restricted version" (the rows of some keys)
+        # through shared_reads.py
         self.reads: Counter = Counter()
         self.jobs: int | None = None
         self.bytes_scanned: int | None = None
@@ -50,7 +51,7 @@ class Meter:
 
     def as_dict(self) -> dict:
         names = {"spark_job_names": self.job_names} if os.environ.get("EPOCHAL_JOB_NAMES") else {}
-        versions = [key for key in self.reads if key[0] in ("version", "shared version")]
+        versions = [key for key in self.reads if key[0] in ("version", "shared version", "restricted version")]
         return {
             "spark_jobs": self.jobs,
             "bytes_scanned": self.bytes_scanned,
@@ -64,6 +65,7 @@ class Meter:
             **names,
             "time_travel_reads": sum(n for key, n in self.reads.items() if key[0] == "version"),
             "shared_version_reads": sum(n for key, n in self.reads.items() if key[0] == "shared version"),
+            "restricted_version_reads": sum(n for key, n in self.reads.items() if key[0] == "restricted version"),
         }
 
 

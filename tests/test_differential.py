@@ -117,18 +117,19 @@ DEFINITIONS = {
 }
 
 
-def run_epochs(spark, warehouse: str, definitions: dict[str, str], epochs) -> None:
+def run_epochs(spark, warehouse: str, definitions: dict[str, str], epochs, **engine_options) -> list:
     """Fresh sources, the definitions, a first (rescan) epoch, then one epoch per drawn batch;
-    every table is compared with its recompute after every epoch."""
+    every table is compared with its recompute after every epoch. Returns every epoch's reports."""
     root = f"{warehouse}/{uuid.uuid4().hex[:8]}"
     a = SyntheticSource(spark, f"{root}/sources/a", A_SCHEMA, A_INITIAL)
     b = SyntheticSource(spark, f"{root}/sources/b", B_SCHEMA, B_INITIAL)
-    engine = Engine(spark, root)
+    engine = Engine(spark, root, **engine_options)
     engine.source("a")
     engine.source("b")
     engine.define_all(definitions)
 
     first = engine.refresh()
+    every = list(first)
     assert {r.technique for r in first} == {"rescan"}
     assert_matches_recompute(engine, context="after the first epoch")
     for number, (a_ops, b_ops) in enumerate(epochs, start=2):
@@ -137,6 +138,7 @@ def run_epochs(spark, warehouse: str, definitions: dict[str, str], epochs) -> No
         for op in b_ops:
             apply_b(b, op)
         reports = engine.refresh()
+        every += reports
         assert all(r.technique in ("incremental", "noop") for r in reports), [
             (r.table, r.technique, r.reason) for r in reports
         ]
@@ -148,6 +150,7 @@ def run_epochs(spark, warehouse: str, definitions: dict[str, str], epochs) -> No
     # change feed equal to the bag difference of the versions around it
     problems = [p for name in engine.tables() for p in feed_problems(engine.table(name).path, spark)]
     assert not problems, "\n".join(problems)
+    return every
 
 
 EXAMPLES = int(os.environ.get("EPOCHAL_EXAMPLES", "2"))  # `make soak` raises it

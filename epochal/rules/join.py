@@ -76,11 +76,8 @@ class JoinRule(Rule):
             change = ctx.delta(part)
             if change is None:
                 continue
-            frames = {
-                j: ctx.snapshot(other, NEW if j < i else OLD) for j, other in enumerate(node.parts) if j != i
-            }
-            frames[i] = change
-            frames = restrict_partners(node, ctx, i, frames)  # co-generators read for d_i's keys only
+            sides = {j: NEW if j < i else OLD for j in range(len(node.parts)) if j != i}
+            frames = restrict_partners(node, ctx, i, change, sides)  # co-generators read for d_i's keys only
             terms.append(join_frames(node, frames, i))
         return union_all(terms)
 

@@ -45,13 +45,36 @@ def weighted(frame: DataFrame, weight: int) -> DataFrame:
     return frame.select(*[F.col(quoted(c)) for c in frame.columns], F.lit(weight).cast(LongType()).alias(WEIGHT))
 
 
+def _first_keys(ctx, keys: DataFrame) -> tuple[tuple, bool] | None:
+    """The affected keys' distinct non-NULL values of their first column, sorted, and whether
+    it holds NULL (one small job); None when too many for a driver read."""
+    from .restrict import MAX_KEYS
+
+    def collect():
+        values = [row[0] for row in keys.select("__k0").distinct().limit(MAX_KEYS + 2).collect()]
+        present = [v for v in values if v is not None]
+        return None if len(present) > MAX_KEYS else (tuple(sorted(present)), len(present) < len(values))
+
+    return ctx.memo(ctx.plan, ("affected_keys", id(keys)), collect)
+
+
+def restricted_side(ctx, node: Node, side: str, keys: DataFrame, columns: list[str]) -> DataFrame:
+    """`node` as of `side` restricted to the affected keys: where `node` is a scan under filters
+    and projections, only the rows of the first key column's values are read (on the driver,
+    shared; restricted.restricted_snapshot), instead of a full scan per side and version."""
+    from .restrict import restricted_snapshot
+
+    frame = restricted_snapshot(ctx, node, side, columns[0], lambda: _first_keys(ctx, keys)) if columns else None
+    return restrict_to(frame if frame is not None else ctx.snapshot(node, side), keys, columns)
+
+
 def keyed_recompute(ctx, sides: Sides, evaluate: Callable[[list[DataFrame], str], DataFrame]) -> DataFrame | None:
     """`evaluate(frames, side)` computes the operator over its inputs' frames (old or new)."""
     keys = affected_keys(ctx, sides)
     if keys is None:
         return None
-    old = evaluate([restrict_to(ctx.snapshot(node, OLD), keys, cols) for node, cols in sides], OLD)
-    new = evaluate([restrict_to(ctx.snapshot(node, NEW), keys, cols) for node, cols in sides], NEW)
+    old = evaluate([restricted_side(ctx, node, OLD, keys, cols) for node, cols in sides], OLD)
+    new = evaluate([restricted_side(ctx, node, NEW, keys, cols) for node, cols in sides], NEW)
     return consolidate(weighted(new, 1).unionByName(weighted(old, -1)))
 
 

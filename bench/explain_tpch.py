@@ -1,0 +1,25 @@
+"""Print `Engine.explain` for TPC-H queries over a bench warehouse (the plan, each operator's delta
+rule and state, and the co-generator restrictions), to see which inputs a step reads and how.
+
+    .venv/bin/python -m bench.explain_tpch /tmp/epochal-bench/run-1-0.001 3 21
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def main(argv=None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    root, queries = argv[0], [f"tpch_q{int(q):02d}" for q in argv[1:]]
+    from bench.__main__ import _engine, _session
+
+    spark = _session("4g")
+    engine = _engine(spark, root, queries)
+    for query in queries:
+        print(f"== {query}")
+        print(engine.explain(query))
+
+
+if __name__ == "__main__":
+    main()
