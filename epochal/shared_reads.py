@@ -21,7 +21,9 @@ lineitem for 1,500 order keys in about 0.3 s.
 from __future__ import annotations
 
 import json
+import logging
 import threading
+import time
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -33,6 +35,7 @@ from .changes import POSITIVE_TYPES
 from .graph import WEIGHT
 
 CHANGE_TYPE = "_change_type"
+log = logging.getLogger("epochal")
 
 
 def _kind(arrow_type: pa.DataType) -> str:
@@ -148,6 +151,17 @@ class SharedReads:
         weight = pc.if_else(positive, pa.scalar(1, pa.int64()), pa.scalar(-1, pa.int64()))
         return self._local(spark, data, schema, columns, weight)
 
+    @staticmethod
+    def _key_array(keys: tuple, target: pa.DataType) -> pa.Array | None:
+        """`keys` as an array of the column's type, or None where is_in would not decide as
+        Spark's equality does (string keys for an integer column: Spark casts, is_in does not)."""
+        if not keys:
+            return pa.array([], target)
+        values = pa.array(list(keys))
+        if _kind(values.type) != _kind(target):
+            return None
+        return values.cast(target)  # raises where a value does not fit: Spark's to read
+
     def _restricted(self, path: str, version: int, field: str, keys: tuple, nulls: bool) -> pa.Table | None:
         import pyarrow.dataset as ds
         from deltalake import DeltaTable
@@ -163,10 +177,9 @@ class SharedReads:
             columns = [names[c.lower()] for c in sorted(wanted | {field}) if c.lower() in names] \
                 if wanted else dataset.schema.names
             target = dataset.schema.field(names[field.lower()])
-            values = pa.array(list(keys)) if keys else pa.array([], target.type)
-            if keys and _kind(values.type) != _kind(target.type):
-                return None  # e.g. string keys for an integer column: Spark's equality casts, is_in does not
-            values = values.cast(target.type)  # raises where a value does not fit: Spark's to read
+            values = self._key_array(keys, target.type)
+            if values is None:
+                return None
             condition = ds.field(target.name).isin(values)
             if nulls:
                 condition = condition | ds.field(target.name).is_null()
@@ -180,13 +193,53 @@ class SharedReads:
         except (DeltaError, OSError, ValueError, TypeError, KeyError, pa.ArrowException):
             return None  # a type or table delta-rs cannot read as Spark does: Spark's to read
 
+    def _timed_read(self, path: str, version: int, field: str, keys: tuple, nulls: bool) -> pa.Table | None:
+        began = time.perf_counter()
+        found = self._restricted(path, version, field, keys, nulls)
+        log.debug("read %s version %d for %d values of %s on the driver: %s rows in %.2f s", path, version,
+                  len(keys), field, "too many" if found is None else found.num_rows, time.perf_counter() - began)
+        return found
+
+    def _covering(self, path: str, version: int, field: str, keys: tuple, nulls: bool) -> pa.Table | None:
+        """The rows of `keys` out of the rows read so far for (path, version, field). A scan costs
+        the same for any number of keys (random keys touch every file), so a read for keys not yet
+        held reads the union of every key set asked for, and the steps asking next for a subset
+        (other tables, other terms) filter the held rows instead of scanning again."""
+        slot = ("restricted", path, version, field)
+        with self._guard:
+            lock = self._locks.setdefault(slot, threading.Lock())
+        with lock:
+            held = self._reads.get(slot)  # (values, nulls, rows)
+            wanted = frozenset(keys)
+            if held is None or not (wanted <= held[0] and (held[1] or not nulls)):
+                union = wanted | held[0] if held else wanted
+                union_nulls = nulls or bool(held and held[1])
+                try:
+                    ordered = tuple(sorted(union))
+                except TypeError:  # values of unlike types: read these keys alone
+                    ordered = None
+                data = self._timed_read(path, version, field, ordered, union_nulls) if ordered is not None else None
+                if data is None:  # the union is too many rows (or unlike): these keys alone, not held
+                    return self._timed_read(path, version, field, keys, nulls)
+                held = self._reads[slot] = (union, union_nulls, data)
+            data = held[2]
+        if held[0] == wanted and held[1] == nulls:
+            return data
+        column = data.column(next(c for c in data.column_names if c.lower() == field.lower()))
+        values = self._key_array(keys, column.type)
+        if values is None:
+            return self._timed_read(path, version, field, keys, nulls)
+        mask = pc.is_in(column, value_set=values)
+        if nulls:
+            mask = pc.or_(mask, pc.is_null(column))
+        return data.filter(pc.fill_null(mask, False))
+
     def restricted(self, spark, path: str, version: int, schema: StructType, field: str, keys: tuple,
                    nulls: bool = False) -> DataFrame | None:
         """The rows of the table as of `version` whose `field` is one of `keys` (sorted, distinct,
         non-NULL; with `nulls`, also the rows where it is NULL), as a local relation with the
         columns the refresh reads, or None when they are too many or Spark's to read."""
-        data = self._once(("restricted", path, version, field, keys, nulls),
-                          lambda: self._restricted(path, version, field, keys, nulls))
+        data = self._covering(path, version, field, keys, nulls)
         if data is None:
             return None
         by_name = {f.name.lower(): f.name for f in schema.fields}
