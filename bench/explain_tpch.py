@@ -1,7 +1,9 @@
-"""Print `Engine.explain` for TPC-H queries over a bench warehouse (the plan, each operator's delta
-rule and state, and the co-generator restrictions), to see which inputs a step reads and how.
+"""Print `Engine.explain` for TPC-H queries over a warehouse holding the TPC-H sources (the plan,
+each operator's delta rule and state, and the co-generator restrictions), to see which inputs a
+step reads and how. It defines the tables there (nothing is computed), so point it at a copy or at
+the bench's cached load:
 
-    .venv/bin/python -m bench.explain_tpch /tmp/epochal-bench/run-1-0.001 3 21
+    .venv/bin/python -m bench.explain_tpch /tmp/epochal-bench/tpch-1 3 21
 """
 
 from __future__ import annotations
