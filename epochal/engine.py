@@ -328,6 +328,10 @@ class Engine:
         finally:
             reads.clear()
 
+    def path_of(self, name: str) -> str:
+        """Where the source or derived table `name` is stored."""
+        return self.sources[name].path if name in self.sources else self.table(name).path
+
     def _columns_read(self, names: list[str]) -> dict[str, set[str]]:
         """Per input table path, the columns the plans of `names` read from it (what a shared
         restricted read fetches, once for all of them)."""
@@ -336,8 +340,7 @@ class Engine:
             plan = self.table(name).compiled.plan
             for node in walk(plan) if plan is not None else ():
                 if isinstance(node, Scan):
-                    path = self.sources[node.table].path if node.table in self.sources else self.table(node.table).path
-                    columns.setdefault(path, set()).update(node.fields)
+                    columns.setdefault(self.path_of(node.table), set()).update(node.fields)
         return columns
 
     def _run_steps(self, names: list[str], epoch: Epoch, full_refresh: bool, reads: SharedReads) -> list[Report]:
@@ -389,8 +392,8 @@ class Engine:
         if last is None:
             raise EpochalError(f"table {name!r} has not been refreshed yet; call refresh() first")
         inputs = {
-            n: InputRange(n, self.sources[n].path if n in self.sources else self.table(n).path,
-                          "source" if n in self.sources else "derived", v["from"], v["to"], self.schema_of(n))
+            n: InputRange(n, self.path_of(n), "source" if n in self.sources else "derived", v["from"], v["to"],
+                          self.schema_of(n))
             for n, v in last.inputs.items()
         }
         return self.output_frame(table, inputs, "after")

@@ -231,7 +231,7 @@ def _ranges_of(engine, table, step: Step) -> dict[str, InputRange]:
     return {
         name: InputRange(
             name,
-            engine.sources[name].path if name in engine.sources else engine.table(name).path,
+            engine.path_of(name),
             "source" if name in engine.sources else "derived",
             versions["from"],
             versions["to"],

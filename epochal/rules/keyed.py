@@ -46,22 +46,16 @@ def weighted(frame: DataFrame, weight: int) -> DataFrame:
 
 
 def _first_keys(ctx, keys: DataFrame) -> tuple[tuple, bool] | None:
-    """The affected keys' distinct non-NULL values of their first column, sorted, and whether
-    it holds NULL (one small job); None when too many for a driver read."""
-    from .restrict import MAX_KEYS
+    """The affected keys' values of their first column (restrict.distinct_values), once per step."""
+    from .restrict import distinct_values
 
-    def collect():
-        values = [row[0] for row in keys.select("__k0").distinct().limit(MAX_KEYS + 2).collect()]
-        present = [v for v in values if v is not None]
-        return None if len(present) > MAX_KEYS else (tuple(sorted(present)), len(present) < len(values))
-
-    return ctx.memo(ctx.plan, ("affected_keys", id(keys)), collect)
+    return ctx.memo(ctx.plan, ("affected_keys", id(keys)), lambda: distinct_values(keys, "__k0"))
 
 
 def restricted_side(ctx, node: Node, side: str, keys: DataFrame, columns: list[str]) -> DataFrame:
-    """`node` as of `side` restricted to the affected keys: where `node` is a scan under filters
-    and projections, only the rows of the first key column's values are read (on the driver,
-    shared; restricted.restricted_snapshot), instead of a full scan per side and version."""
+    """`node` as of `side` restricted to the affected keys: where restrict.restricted_snapshot can,
+    only the rows of the first key column's values are read (on the driver, shared), instead of a
+    full scan per side and version."""
     from .restrict import restricted_snapshot
 
     frame = restricted_snapshot(ctx, node, side, columns[0], lambda: _first_keys(ctx, keys)) if columns else None

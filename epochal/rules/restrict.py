@@ -10,9 +10,9 @@ an OR of ranges skips every file whose min/max statistics miss all ranges. The f
 of the matching rows; the join itself stays exact.
 
 Random keys touch every file, though, so where it can the term reads input j's rows for those keys
-on the driver instead (`restricted_snapshot`, shared_reads.SharedReads.restricted): one scan of the
-version per key set for the whole refresh, shared by every term and table that wants the same rows,
-instead of a Spark scan per term.
+on the driver instead (`restricted_snapshot`, shared_reads.SharedReads.restricted): about one scan
+of each version and key column for the whole refresh, shared by every term and table, instead of a
+Spark scan per term. Affected-key recomputes (keyed.py) read their inputs the same way.
 """
 
 from __future__ import annotations
@@ -30,8 +30,6 @@ from ..changes import quoted
 from ..context import NEW
 from ..graph import Filter, Join, Node, Project, Scan, SemiJoin
 from .base import expr
-from .project import ProjectRule
-from .scan import ScanRule
 
 MAX_RANGES = 32  # ranges in one filter: each is tested against every file's statistics
 MAX_KEYS = 200_000  # distinct values collected to the driver; beyond, one range [min, max]
@@ -97,7 +95,8 @@ DRIVER_KEY_TYPES = (IntegralType, StringType, DateType, BooleanType, DecimalType
 def restricted_snapshot(ctx, node: Node, side: str, column: str, keys) -> DataFrame | None:
     """`node` as of `side`, holding at least its rows whose `column` is one of the keys, read on
     the driver and shared by the refresh's steps; None where it cannot be (then read it through
-    Spark). `node` is a scan under filters and plain column projections. `keys` is (values, nulls),
+    Spark). `node` is a scan under filters, plain column projections, inner joins and semi-joins.
+    `keys` is (values, nulls),
     or a function giving it, called only when the driver read is possible: `values` sorted,
     distinct and non-NULL, `nulls` whether the rows where `column` is NULL are wanted too (None:
     too many keys)."""
@@ -115,7 +114,7 @@ def restricted_snapshot(ctx, node: Node, side: str, column: str, keys) -> DataFr
         if not isinstance(expression, exp.Column):
             return None
         below = restricted_snapshot(ctx, node.input, side, expression.name, keys)
-        return None if below is None else below.select(*ProjectRule()._columns(node))
+        return None if below is None else below.select(*ctx.rule_for(node)._columns(node))
     if not isinstance(node, Scan) or column not in node.columns:
         return None
     source = ctx.inputs[node.table]
@@ -135,14 +134,22 @@ def restricted_snapshot(ctx, node: Node, side: str, column: str, keys) -> DataFr
     if frame is None or not {f.lower() for f in node.fields} <= {c.lower() for c in frame.columns}:
         return None
     ctx.meter.note_read("restricted version", node.table, version)
-    return ScanRule()._shape(node, frame, False)
+    return ctx.rule_for(node)._shape(node, frame, False)
 
 
-def _distinct(frame: DataFrame, column: str) -> tuple[tuple, bool] | None:
-    """A driver-read frame's distinct non-NULL values of `column`, sorted (one small job)."""
+def distinct_values(frame: DataFrame, column: str) -> tuple[tuple, bool] | None:
+    """`column`'s distinct non-NULL values in `frame`, sorted, and whether it holds NULL (one
+    small job); None when more than MAX_KEYS (too many for a driver read)."""
     values = [row[0] for row in frame.select(F.col(quoted(column))).distinct().limit(MAX_KEYS + 2).collect()]
-    present = sorted(v for v in values if v is not None)
-    return None if len(present) > MAX_KEYS else (tuple(present), False)
+    present = [v for v in values if v is not None]
+    return None if len(present) > MAX_KEYS else (tuple(sorted(present)), len(present) < len(values))
+
+
+def _matching(frame: DataFrame, column: str, nulls: bool) -> tuple[tuple, bool] | None:
+    """The keys to read a partner for: `column`'s values in `frame`, with the partner's NULLs
+    when `nulls` (a NULL-safe correlation matches them)."""
+    found = distinct_values(frame, column)
+    return None if found is None else (found[0], nulls)
 
 
 def _restricted_join(ctx, node: Join, side: str, column: str, keys) -> DataFrame | None:
@@ -170,7 +177,7 @@ def _restricted_join(ctx, node: Join, side: str, column: str, keys) -> DataFrame
             if len(mine) != 1 or not known:
                 continue
             (p, x), (y,) = known[0], mine
-            frame = restricted_snapshot(ctx, part, side, y, lambda p=p, x=x: _distinct(frames[p], x))
+            frame = restricted_snapshot(ctx, part, side, y, lambda p=p, x=x: _matching(frames[p], x, False))
             if frame is not None and _comparable(frames[p].schema[x].dataType, frame.schema[y].dataType):
                 frames[index] = frame
                 reduced.add(index)
@@ -192,12 +199,7 @@ def _restricted_semijoin(ctx, node: SemiJoin, side: str, column: str, keys) -> D
     right = None
     if node.pairs:
         a, b = node.pairs[0]
-
-        def correlated():
-            found = _distinct(left, a)
-            return None if found is None else (found[0], True)
-
-        right = restricted_snapshot(ctx, node.right, side, b, correlated)
+        right = restricted_snapshot(ctx, node.right, side, b, lambda: _matching(left, a, True))
         if right is not None and not _comparable(left.schema[a].dataType, right.schema[b].dataType):
             right = None
     if right is None:
