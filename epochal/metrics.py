@@ -102,15 +102,17 @@ def _jobs_and_bytes(context, group: str) -> tuple[int, int | None, list[str], fl
             if data.submissionTime().isDefined() and data.completionTime().isDefined():
                 ms = data.completionTime().get().getTime() - data.submissionTime().get().getTime()
             job_ms += ms
-            names.append(f"{data.name()} [{ms} ms]")
-            stages = data.stageIds().iterator()
+            stages, ran, job_task_ms = data.stageIds().iterator(), 0, 0
             while stages.hasNext():
                 try:
                     stage = store.lastStageAttempt(stages.next())
                 except Exception:  # noqa: BLE001 - a stage that never ran (skipped) has no attempt
                     continue
+                ran += 1
                 total += stage.inputBytes()
-                task_ms += stage.executorRunTime()
+                job_task_ms += stage.executorRunTime()
+            task_ms += job_task_ms
+            names.append(f"{data.name()} [{ms} ms, {ran} stages, {job_task_ms} ms in tasks]")
         return len(ids), total, names, round(job_ms / 1000, 3), round(task_ms / 1000, 3)
     except Exception:  # noqa: BLE001 - the status store is Spark's internal API: count jobs without it
         return len(ids), None, [], None, None
