@@ -161,3 +161,27 @@ def merge_multiset(table: DeltaTable, rows: pa.Table, columns: list[str], app_id
 def append(table: DeltaTable, rows: pa.Table, app_id: str, seq: int, tag: str, storage_options=None) -> None:
     write_deltalake(table, _aligned(rows, table), mode="append", storage_options=storage_options,
                     commit_properties=_properties(app_id, seq, tag))
+
+
+def replace(path: str, rows: pa.Table, app_id: str, seq: int, tag: str, storage_options=None,
+            change_data_feed: bool = False) -> bool:
+    """Write `rows` as the table's whole contents, as Spark's overwrite with overwriteSchema does:
+    create the table (with the change data feed on when asked) or overwrite its rows and schema,
+    every column nullable as Delta makes them. False when (app id, seq) is already written."""
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        existing = DeltaTable(path, storage_options=storage_options)
+    except TableNotFoundError:
+        existing = None
+    if existing is not None:
+        recorded = existing.transaction_version(app_id)
+        if recorded is not None and recorded >= seq:
+            return False
+    schema = pa.schema([field.with_nullable(True) for field in rows.schema])
+    data = pa.Table.from_arrays([rows.column(i) for i in range(rows.num_columns)], schema=schema)
+    configuration = {"delta.enableChangeDataFeed": "true"} if change_data_feed and existing is None else None
+    write_deltalake(existing if existing is not None else path, data, mode="overwrite",
+                    schema_mode="overwrite" if existing is not None else None, configuration=configuration,
+                    storage_options=storage_options, commit_properties=_properties(app_id, seq, tag))
+    return True

@@ -51,6 +51,7 @@ from .writes import (
     copies_in,
     keyed_source,
     multiset_source,
+    replace_contents,
     version_written,
     write_identity,
     write_state,
@@ -350,8 +351,9 @@ def _compute_and_write_metered(engine, table, step: Step, began: float, meter: M
                 inserted, deleted, writes = _figures_and_checks(change, state)
         phases.mark("compute")
         if full is not None:
-            output_version, inserted, deleted = _replace_output(engine, table, step, full)
+            output_version, inserted, deleted, on_driver = _replace_output(engine, table, step, full)
             meter.commits += 1
+            meter.driver_commits += on_driver
         else:
             output_version = _write_output(engine, table, step, change, base, inserted, deleted, meter,
                                            collected.change if collected is not None else None)
@@ -582,20 +584,24 @@ def _write_output_with_spark(engine, table, step: Step, change: DataFrame, base:
             frame.unpersist()
 
 
-def _replace_output(engine, table, step: Step, full: DataFrame) -> tuple[int, int, int]:
+def _replace_output(engine, table, step: Step, full: DataFrame) -> tuple[int, int, int, bool]:
     """Write the full result as the table's whole contents: its first commit (created with the
     change data feed on; Delta makes every column nullable) or an overwrite when its schema
-    changed. Returns the version written and the rows it inserted and deleted, from the commit."""
+    changed; on the driver when small (writes.replace). Returns the version written, the rows it
+    inserted and deleted, and whether it was committed on the driver."""
     _, since, app, tag = _output_target(engine, table, step)
-    (writer(full, app, step.seq, tag).mode("overwrite").option("overwriteSchema", "true")
-     .option("delta.enableChangeDataFeed", "true").save(table.path))
+    on_driver = replace_contents(full, table.path, app, step.seq, tag, engine.storage_options, engine.driver_rows,
+                        change_data_feed=True)
     written = version_written(table.path, table.name, step.seq, "output", since, engine.storage_options)
     if written is None:
         raise EpochError(f"table {table.name!r}: the write of step {step.seq} is not in the table's history "
                          "(an engine defect: please report it)")
-    commit = TableFiles(table.path, engine.storage_options).commit(written)
-    inserted = int(commit.metrics.get("numOutputRows", 0)) if commit is not None else 0
-    return written, inserted, _row_count(table.path, written - 1, engine.storage_options)
+    if on_driver:
+        inserted = _row_count(table.path, written, engine.storage_options)
+    else:
+        commit = TableFiles(table.path, engine.storage_options).commit(written)
+        inserted = int(commit.metrics.get("numOutputRows", 0)) if commit is not None else 0
+    return written, inserted, _row_count(table.path, written - 1, engine.storage_options), on_driver
 
 
 def _write_states(engine, table, step: Step, state: StateStore, writes: list, meter: Meter) -> dict[str, int]:

@@ -7,6 +7,7 @@ The tables are created by Spark, as the engine's first write creates them."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections import Counter
@@ -176,3 +177,42 @@ def test_a_concurrent_commit_of_the_same_app_id_is_refused(spark, tmp_path):
     with pytest.raises(CommitFailedError):
         driver_commits.append(second, rows, "test/race", 1, "tag")
     assert as_multiset(spark.read.format("delta").load(path))[(3, "x", None)] == 1
+
+
+def test_a_replacing_write_on_the_driver_makes_the_table_spark_would(spark, tmp_path):
+    """A first epoch's output of a small table is created by delta-rs (writes.replace_contents):
+    the table must be the one Spark's write creates (columns nullable, the same types, the change
+    data feed on), take Spark's and delta-rs's later commits, skip a rerun of its step, and record
+    an exact feed from its first version on, overwrites included."""
+    from deltalake import DeltaTable
+
+    from epochal.writes import apply_multiset, replace_contents, writer
+
+    frame = spark.createDataFrame(INITIAL, SCHEMA).selectExpr("k", "g", "d", "k IS NULL AS b", "date_from_unix_date(k) AS e",
+                                                             "timestamp'2026-01-02 03:04:05' AS t")
+    by_spark, by_driver = f"{tmp_path}/spark", f"{tmp_path}/driver"
+    assert not replace_contents(frame, by_spark, "test/replace", 1, "tag", change_data_feed=True)
+    assert replace_contents(frame, by_driver, "test/replace", 1, "tag", driver_rows=10, change_data_feed=True)
+    replace_contents(frame.limit(1), by_driver, "test/replace", 1, "tag", driver_rows=10)  # a rerun: skipped
+    assert DeltaTable(by_driver).version() == 0
+    spark_table, driver_table = (spark.read.format("delta").load(p) for p in (by_spark, by_driver))
+    assert driver_table.schema == spark_table.schema
+    assert as_multiset(driver_table) == as_multiset(spark_table)
+    assert DeltaTable(by_driver).metadata().configuration["delta.enableChangeDataFeed"] == "true"
+
+    deleted = Counter({(1, "x", Decimal("1.50")): -1, (4, None, None): 1})
+    change = _change_frame(spark, deleted).selectExpr("k", "g", "d", "false AS b", "date_from_unix_date(k) AS e",
+                                                           "timestamp'2026-01-02 03:04:05' AS t", WEIGHT)
+    columns = ["k", "g", "d", "b", "e", "t"]
+    source, persisted = multiset_source(change, columns, spark.read.format("delta").load(by_driver))
+    apply_multiset(spark, by_driver, source, columns, contextlib.nullcontext(),
+                   lambda f: writer(f, "test/replace", 2, "tag"))
+    for frame_ in persisted:
+        frame_.unpersist()
+    bigger = frame.unionByName(frame).withColumn("k", frame.k + 1)
+    assert replace_contents(bigger, by_driver, "test/replace", 3, "tag", driver_rows=10)
+    assert as_multiset(spark.read.format("delta").load(by_driver)) == as_multiset(bigger)
+    assert not feed_problems(by_driver, spark, first=0)
+    assert replace_contents(bigger.drop("t"), by_driver, "test/replace", 4, "tag", driver_rows=10)  # new schema
+    assert as_multiset(spark.read.format("delta").load(by_driver)) == as_multiset(bigger.drop("t"))
+    assert not replace_contents(bigger, f"{tmp_path}/over", "test/replace", 1, "tag", driver_rows=5)  # too many
