@@ -85,7 +85,7 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.driver_profile", description=__doc__.split("\n\n")[0])
     parser.add_argument("profile", help="py-spy output (-f speedscope or -f raw), recorded with --idle --threads")
     parser.add_argument("--rate", type=float, default=40.0, help="the samples per second py-spy took")
-    parser.add_argument("--after", default="_incremental_change",
+    parser.add_argument("--after", default="_incremental_rows",
                         help="speedscope: count each thread's samples from the first holding this on")
     parser.add_argument("--depth", type=int, default=40)
     parser.add_argument("--within", default="epochal/epoch.py",

@@ -13,6 +13,7 @@ is built (e.g. `--conf spark.sql.adaptive.enabled=false`).
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import time
@@ -32,6 +33,8 @@ def main(argv=None) -> None:
     parser.add_argument("--driver-rows", type=int, default=None, help="Engine(driver_rows=...); default the engine's")
     parser.add_argument("--parallelism", type=int, default=2)
     parser.add_argument("--conf", action="append", default=[], help="a Spark SQL conf key=value")
+    parser.add_argument("--jobs", nargs="*", default=[], metavar="TABLE",
+                        help="print each Spark job of these tables' incremental steps (name, ms, stages)")
     arguments = parser.parse_args(argv)
 
     from epochal import Engine
@@ -40,6 +43,8 @@ def main(argv=None) -> None:
     from tests.test_differential import A_INITIAL, A_SCHEMA, B_INITIAL, B_SCHEMA, DEFINITIONS
 
     confs = dict(pair.split("=", 1) for pair in arguments.conf)
+    if arguments.jobs:
+        os.environ["EPOCHAL_JOB_NAMES"] = "1"
     spark = delta_spark_session(SparkSettings(shuffle_partitions=2, ui=False, extra_conf=confs))
     root = tempfile.mkdtemp(prefix="epochal-step-costs-")
     a = SyntheticSource(spark, f"{root}/sources/a", A_SCHEMA, A_INITIAL)
@@ -78,6 +83,12 @@ def main(argv=None) -> None:
         print(f"| {name} | {statistics.mean(r.seconds for r in steps):.2f} | "
               + " | ".join(f"{m:.2f}" if k.endswith("seconds") else f"{m:.0f}" for k, m in zip(keys, means)) + " | "
               + ", ".join(f"{p} {statistics.mean(v):.2f}" for p, v in phases.items()) + " |")
+    for name in arguments.jobs:
+        for number, report in enumerate(per_table.get(name, []), start=1):
+            jobs = report.detail.get("cost", {}).get("spark_job_names", [])
+            print(f"\n{name}, epoch {number} ({report.technique}, {report.seconds:.2f} s, {len(jobs)} jobs):")
+            for job in jobs:
+                print(f"  {job}")
     print(f"\nwhole epoch: mean {statistics.mean(walls):.2f} s over {len(walls)} epochs (parallelism "
           f"{arguments.parallelism}, driver_rows {engine.driver_rows}, confs {arguments.conf or 'none'})")
 

@@ -8,6 +8,8 @@ images (an update of a column nobody reads).
 
 from __future__ import annotations
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
@@ -52,6 +54,39 @@ def consolidate(changes: DataFrame) -> DataFrame:
         .agg(F.sum(WEIGHT).alias(WEIGHT))
         .filter(F.col(WEIGHT) != 0)
     )
+
+
+def _groupable(column: pa.ChunkedArray) -> pa.ChunkedArray | None:
+    """`column` as Arrow groups it the way Spark's groupBy does, or None where it may not: floating
+    point with -0.0 and NaN normalized (Spark's NormalizeFloatingNumbers), string views as
+    strings; nested types are Spark's to group."""
+    kind = column.type
+    if pa.types.is_floating(kind):
+        zero, nan = pa.scalar(0.0, kind), pa.scalar(float("nan"), kind)
+        return pc.if_else(pc.is_nan(column), nan, pc.if_else(pc.equal(column, zero), zero, column))
+    if pa.types.is_string_view(kind):
+        return column.cast(pa.string())
+    if any(test(kind) for test in (pa.types.is_integer, pa.types.is_string, pa.types.is_large_string,
+                                   pa.types.is_binary, pa.types.is_large_binary, pa.types.is_date,
+                                   pa.types.is_decimal, pa.types.is_boolean, pa.types.is_timestamp)):
+        return column
+    return None
+
+
+def consolidate_rows(changes: pa.Table) -> pa.Table | None:
+    """`consolidate` on the driver, for a change batch held as Arrow (columns and WEIGHT): the
+    weights summed per distinct row (NULL equal to NULL, as Spark groups), zeros dropped. None
+    where a column's type is Spark's to group, or there is no column to group by."""
+    values = [c for c in changes.column_names if c != WEIGHT]
+    columns = [_groupable(changes.column(c)) for c in values]
+    if not values or any(c is None for c in columns):
+        return None
+    grouped = pa.Table.from_arrays(columns + [changes.column(WEIGHT)], names=values + [WEIGHT]) \
+        .group_by(values, use_threads=False).aggregate([(WEIGHT, "sum")])
+    weight = grouped.column(f"{WEIGHT}_sum")
+    kept = grouped.filter(pc.not_equal(weight, 0))
+    return pa.Table.from_arrays([kept.column(c) for c in values] + [kept.column(f"{WEIGHT}_sum")],
+                                names=values + [WEIGHT])
 
 
 def empty_changes(spark: SparkSession, schema: StructType) -> DataFrame:

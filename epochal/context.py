@@ -78,6 +78,9 @@ class Context:
         self.scratch: dict[tuple[int, str], object] = {}
         self.rows_read = 0
         self.persisted: list[DataFrame] = []
+        # id(frame) -> (frame, rows): frames whose rows are a subset of an Arrow table on the driver
+        self._on_driver: dict[int, tuple[DataFrame, object]] = {}
+        self._known_rows: dict[int, int] = {}  # id(scan) -> rows of its batch, counted on the driver
 
     def read_changes(self) -> int:
         """Read every changed scan's change batch once (persisted) and count it; a scan whose
@@ -89,13 +92,32 @@ class Context:
             if isinstance(node, Scan) and self.changed(node):
                 rng = self.inputs[node.table]
                 with refusals(f"the change data of {rng.kind} {rng.name!r} versions {rng.before + 1}..{rng.after}"):
-                    batch = self.rule_for(node).delta(node, self).persist()  # a short plan: no cut needed
-                    self.persisted.append(batch)
-                    rows = batch.count()  # fills the cache: one job
+                    batch = self.rule_for(node).delta(node, self)
+                    rows = self._known_rows.get(id(node))
+                    if rows is None:
+                        batch = batch.persist()  # a short plan: no cut needed
+                        self.persisted.append(batch)
+                        rows = batch.count()  # fills the cache: one job
                 self.rows_read += rows
                 self._deltas[id(node)] = batch if rows else None
                 self._changed[id(node)] = bool(rows)
         return self.rows_read
+
+    def counted_on_driver(self, scan: Scan, rows: int) -> None:
+        """`scan`'s change batch was consolidated on the driver and holds `rows` rows (before its
+        predicate, which Spark applies: a superset, and zero only when the batch is empty)."""
+        self._known_rows[id(scan)] = rows
+
+    def on_driver(self, frame: DataFrame, rows) -> DataFrame:
+        """Note that every row of `frame` is in `rows` (an Arrow table with frame's columns, read
+        or computed on the driver), so its key values can be taken there without a Spark job."""
+        self._on_driver[id(frame)] = (frame, rows)
+        return frame
+
+    def rows_on_driver(self, frame: DataFrame):
+        """The Arrow rows noted for `frame` (a superset of its rows), or None."""
+        held = self._on_driver.get(id(frame))
+        return held[1] if held is not None and held[0] is frame else None
 
     def materialize(self, frame: DataFrame) -> DataFrame:
         """Compute `frame` now and cut its lineage (a local checkpoint): what reads it later plans

@@ -32,7 +32,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType
 
-from .changes import consolidate, quoted, read_snapshot
+from .changes import consolidate, consolidate_rows, quoted, read_snapshot
 from . import faults, rescan
 from .context import Context, InputRange
 from .deltalog import DeltaLog, TableFiles
@@ -325,7 +325,7 @@ def _compute_and_write_metered(engine, table, step: Step, began: float, meter: M
     ctx = Context(spark, plan, inputs, state, rescan=step.technique == RESCAN,
                   broadcast_rows=engine.broadcast_rows, meter=meter,
                   reads=reads) if plan is not None else None
-    change = None
+    change = rows = None
     try:
         if step.technique == INCREMENTAL:
             rows_read = ctx.read_changes()
@@ -336,7 +336,8 @@ def _compute_and_write_metered(engine, table, step: Step, began: float, meter: M
             # the epoch-start snapshots the delta rules read (planned here, read below) are Delta's to refuse, too
             refused = partial(rescan.refusals, f"the inputs of {table.name!r} as of this epoch's start")
             with refused():
-                change = _incremental_change(table, ctx)
+                rows = _incremental_rows(table, ctx)
+                change = consolidate(rows)
             base, full = None, None  # the version the step starts from: read by _base if a write needs it
         else:
             rows_read = 0
@@ -344,7 +345,7 @@ def _compute_and_write_metered(engine, table, step: Step, began: float, meter: M
             change, base, full = _rescan_change(engine, table, inputs, ctx)
         with refused():
             change = change.persist() if change is not None else None
-            collected = _collect_small(change, state, engine.driver_rows)
+            collected = _collect_small(change, state, engine.driver_rows, rows)
             if collected is not None:
                 inserted, deleted, writes = _figures_on_driver(collected, state)
             else:
@@ -370,15 +371,17 @@ def _compute_and_write_metered(engine, table, step: Step, began: float, meter: M
                    deleted=deleted, output_version=output_version, state_versions=state_versions)
 
 
-def _incremental_change(table, ctx: Context) -> DataFrame:
+def _incremental_rows(table, ctx: Context) -> DataFrame:
+    """The output's change rows, with the table's columns and types and WEIGHT, not yet
+    consolidated (on the driver, when collected, or by `consolidate`)."""
     plan = table.compiled.plan
     root = ctx.delta(plan)
     _require_state_writes(ctx)
-    return consolidate(root.select(
+    return root.select(
         *[F.col(quoted(internal)).cast(field.dataType).alias(field.name)
           for internal, field in zip(plan.columns, table.schema.fields)],
         F.col(WEIGHT),
-    ))
+    )
 
 
 def _require_state_writes(ctx: Context) -> None:
@@ -421,14 +424,21 @@ class Collected:
     states: dict[int, pa.Table]  # id(StateWrite) -> its rows, with one `__bad<i>` flag per check
 
 
-def _collect_small(change: DataFrame | None, state: StateStore, limit: int) -> Collected | None:
+def _collect_small(change: DataFrame | None, state: StateStore, limit: int,
+                   unconsolidated: DataFrame | None = None) -> Collected | None:
     """Collect the change and every state merge to the driver when each has at most `limit` rows
     (one job each, where the figures job of _figures_and_checks runs one per shuffle stage); None
-    when any is larger, for Spark to count and write."""
+    when any is larger, for Spark to count and write. `unconsolidated`: the change's rows before
+    `consolidate`, collected and consolidated on the driver instead (no shuffle, so one job
+    where Spark's aggregate runs one per stage); the consolidated `change` where Arrow cannot
+    group a column as Spark does."""
     if limit <= 0:
         return None
     rows = None
-    if change is not None:
+    if unconsolidated is not None:
+        raw = unconsolidated.limit(limit + 1).toArrow()
+        rows = consolidate_rows(raw) if raw.num_rows <= limit else None
+    if rows is None and change is not None:
         rows = change.limit(limit + 1).toArrow()
         if rows.num_rows > limit:
             return None

@@ -31,14 +31,14 @@ from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import LongType, StructField, StructType
 
-from .changes import POSITIVE_TYPES
+from .changes import POSITIVE_TYPES, consolidate_rows
 from .graph import WEIGHT
 
 CHANGE_TYPE = "_change_type"
 log = logging.getLogger("epochal")
 
 
-def _kind(arrow_type: pa.DataType) -> str:
+def key_kind(arrow_type: pa.DataType) -> str:
     for kind, test in (("integer", pa.types.is_integer), ("string", pa.types.is_string),
                        ("string", pa.types.is_large_string), ("string", pa.types.is_string_view),
                        ("date", pa.types.is_date), ("decimal", pa.types.is_decimal),
@@ -46,6 +46,12 @@ def _kind(arrow_type: pa.DataType) -> str:
         if test(arrow_type):
             return kind
     return str(arrow_type)
+
+
+def _weights(data: pa.Table) -> pa.ChunkedArray:
+    """A change feed's weights: +1 for inserts and post-images, -1 for deletes and pre-images."""
+    positive = pc.is_in(data.column(CHANGE_TYPE).cast(pa.string()), value_set=pa.array(POSITIVE_TYPES))
+    return pc.if_else(positive, pa.scalar(1, pa.int64()), pa.scalar(-1, pa.int64()))
 
 
 class SharedReads:
@@ -147,9 +153,27 @@ class SharedReads:
         data = self.change_rows(path, before, after)
         if data is None:
             return None
-        positive = pc.is_in(data.column(CHANGE_TYPE).cast(pa.string()), value_set=pa.array(POSITIVE_TYPES))
-        weight = pc.if_else(positive, pa.scalar(1, pa.int64()), pa.scalar(-1, pa.int64()))
-        return self._local(spark, data, schema, columns, weight)
+        return self._local(spark, data, schema, columns, _weights(data))
+
+    def consolidated_changes(self, spark, path: str, before: int, after: int, schema: StructType,
+                             columns: list[str]) -> tuple[DataFrame, pa.Table] | None:
+        """The change batch of versions before+1..after for `columns`, consolidated on the
+        driver (changes.consolidate_rows): as a local relation and as its Arrow rows (columns
+        named as in `schema`, and WEIGHT). None when the batch is Spark's to read or to group."""
+        data = self.change_rows(path, before, after)
+        if data is None:
+            return None
+        by_name = {f.name.lower(): f.name for f in schema.fields}
+        names = {c.lower(): c for c in data.column_names}
+        if len({c.lower() for c in columns}) != len(columns) or \
+                any(c.lower() not in by_name or c.lower() not in names for c in columns):
+            return None
+        fields = [by_name[c.lower()] for c in columns]
+        rows = consolidate_rows(pa.Table.from_arrays(
+            [data.column(names[c.lower()]) for c in columns] + [_weights(data)], names=fields + [WEIGHT]))
+        if rows is None:
+            return None
+        return self._local(spark, rows, schema, fields, rows.column(WEIGHT)), rows
 
     @staticmethod
     def _key_array(keys: tuple, target: pa.DataType) -> pa.Array | None:
@@ -158,7 +182,7 @@ class SharedReads:
         if not keys:
             return pa.array([], target)
         values = pa.array(list(keys))
-        if _kind(values.type) != _kind(target):
+        if key_kind(values.type) != key_kind(target):
             return None
         return values.cast(target)  # raises where a value does not fit: Spark's to read
 
@@ -239,11 +263,17 @@ class SharedReads:
         """The rows of the table as of `version` whose `field` is one of `keys` (sorted, distinct,
         non-NULL; with `nulls`, also the rows where it is NULL), as a local relation with the
         columns the refresh reads, or None when they are too many or Spark's to read."""
+        found = self.restricted_with_rows(spark, path, version, schema, field, keys, nulls)
+        return found[0] if found is not None else None
+
+    def restricted_with_rows(self, spark, path: str, version: int, schema: StructType, field: str, keys: tuple,
+                             nulls: bool = False) -> tuple[DataFrame, pa.Table] | None:
+        """`restricted`, and the same rows as Arrow (the table's column names)."""
         data = self._covering(path, version, field, keys, nulls)
         if data is None:
             return None
         by_name = {f.name.lower(): f.name for f in schema.fields}
-        return self._local(spark, data, schema, [by_name[c.lower()] for c in data.column_names])
+        return self._local(spark, data, schema, [by_name[c.lower()] for c in data.column_names]), data
 
     def clear(self) -> None:
         with self._guard:

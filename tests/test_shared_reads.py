@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
+from datetime import date
 from decimal import Decimal
 
 import pyarrow as pa
@@ -18,6 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
+from epochal.changes import consolidate, consolidate_rows
+from epochal.graph import WEIGHT
 from epochal.shared_reads import SharedReads
 from tests.support import as_multiset
 from tests.test_differential import DEFINITIONS, EPOCH, EXAMPLES, SLOW, run_epochs
@@ -25,6 +28,40 @@ from tests.test_differential_sql import JOINS_AND_SUBQUERIES
 
 SCHEMA = "k int, g string, d decimal(10,2), day date"
 ROWS = [(k % 7 if k % 5 else None, f"g{k % 3}", Decimal(k) / 4, None) for k in range(60)]
+
+
+BATCH_SCHEMA = f"k int, g string, d decimal(10,2), day date, x double, flag boolean, {WEIGHT} bigint"
+BATCH_ROW = st.tuples(
+    st.one_of(st.none(), st.integers(-2, 2)),
+    st.sampled_from([None, "", "a", "b", "é"]),
+    st.one_of(st.none(), st.sampled_from([Decimal("0.00"), Decimal("-1.50"), Decimal("2.25")])),
+    st.one_of(st.none(), st.dates(min_value=date(1969, 12, 30), max_value=date(1970, 1, 2))),
+    st.sampled_from([None, 0.0, -0.0, 1.5, float("nan"), float("inf")]),
+    st.one_of(st.none(), st.booleans()),
+    st.sampled_from([1, -1, 2]),
+)
+
+
+def _comparable_rows(rows) -> Counter:
+    """Rows as a multiset, NaN made equal to itself (-0.0 already equals 0.0 in Python)."""
+    return Counter(tuple("NaN" if isinstance(v, float) and v != v else v for v in row) for row in rows)
+
+
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(rows=st.lists(BATCH_ROW, max_size=12))
+def test_a_change_batch_consolidated_on_the_driver_equals_sparks(spark, rows):
+    """consolidate_rows groups as Spark's consolidate does: NULL equal to NULL, -0.0 equal to 0.0,
+    NaN equal to NaN, weights summed and zeros dropped, over every column type it takes."""
+    batch = spark.createDataFrame(rows, BATCH_SCHEMA)
+    want = _comparable_rows(tuple(row) for row in consolidate(batch).collect())
+    got = consolidate_rows(batch.toArrow())
+    assert got is not None and got.column_names == batch.columns
+    assert _comparable_rows(zip(*[got.column(c).to_pylist() for c in got.column_names])) == want
+
+
+def test_a_change_batch_of_nested_values_is_left_to_spark(spark):
+    batch = spark.createDataFrame([([1, 2], 1)], f"a array<int>, {WEIGHT} bigint")
+    assert consolidate_rows(batch.toArrow()) is None
 
 
 def test_a_local_relation_keeps_every_row_across_empty_chunks(spark):

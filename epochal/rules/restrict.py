@@ -58,9 +58,30 @@ def ranges(values: list) -> list[tuple[object, object]]:
     return [(values[start], values[end - 1]) for start, end in zip(bounds, bounds[1:])]
 
 
-def _keys(change: DataFrame, columns: list[str]) -> dict[str, list | tuple]:
+def _values_on_driver(rows, column: str) -> tuple[list, bool] | None:
+    """`column`'s sorted distinct non-NULL values in Arrow `rows`, and whether it holds NULL; None
+    for a type whose values Spark and Python may not order and compare alike (DRIVER_KEY_TYPES)."""
+    import pyarrow.compute as pc
+
+    from ..shared_reads import key_kind
+
+    array = rows.column(column)
+    if key_kind(array.type) not in ("integer", "string", "date", "decimal", "boolean"):
+        return None
+    unique = pc.unique(array)
+    return sorted(v for v in unique.to_pylist() if v is not None), unique.null_count > 0
+
+
+def _keys(change: DataFrame, columns: list[str], rows=None) -> dict[str, list | tuple]:
     """Per column, its sorted distinct non-NULL values in the batch, or (min, max) when more than
-    MAX_KEYS (one job for all columns; a second only when some column has too many values)."""
+    MAX_KEYS (one job for all columns; a second only when some column has too many values). With
+    `rows` (Arrow rows holding every row of the batch, Context.rows_on_driver) the values are
+    taken there, without a job: a superset where Spark filters the batch further, which is as
+    good (every use of the keys is a superset of the matching rows, the join itself is exact)."""
+    if rows is not None:
+        found = {c: _values_on_driver(rows, c) for c in columns}
+        if all(values is not None and len(values[0]) <= MAX_KEYS for values in found.values()):
+            return {c: values[0] for c, values in found.items()}
     figures = change.agg(*[F.array_sort(F.collect_set(F.col(quoted(c)))).alias(f"k{i}") for i, c in enumerate(columns)]).first()
     found: dict[str, list | tuple] = {}
     wide = []
@@ -108,13 +129,14 @@ def restricted_snapshot(ctx, node: Node, side: str, column: str, keys) -> DataFr
         return _restricted_semijoin(ctx, node, side, column, keys)
     if isinstance(node, Filter):
         below = restricted_snapshot(ctx, node.input, side, column, keys)
-        return None if below is None else below.filter(expr(node.predicate))
+        return None if below is None else _on_driver_below(ctx, below.filter(expr(node.predicate)), below, node)
     if isinstance(node, Project):
         expression = dict(zip(node.columns, node.exprs)).get(column)
         if not isinstance(expression, exp.Column):
             return None
         below = restricted_snapshot(ctx, node.input, side, expression.name, keys)
-        return None if below is None else below.select(*ctx.rule_for(node)._columns(node))
+        return None if below is None else _on_driver_below(ctx, below.select(*ctx.rule_for(node)._columns(node)),
+                                                           below, node)
     if not isinstance(node, Scan) or column not in node.columns:
         return None
     source = ctx.inputs[node.table]
@@ -129,26 +151,48 @@ def restricted_snapshot(ctx, node: Node, side: str, column: str, keys) -> DataFr
     if wanted is None or len(wanted[0]) > MAX_KEYS:
         return None
     values, nulls = wanted
-    frame = ctx.memo(node, ("restricted", version, field, values, nulls), lambda: ctx.reads.restricted(
+    found = ctx.memo(node, ("restricted", version, field, values, nulls), lambda: ctx.reads.restricted_with_rows(
         ctx.spark, source.path, version, source.schema, field, values, nulls))
-    if frame is None or not {f.lower() for f in node.fields} <= {c.lower() for c in frame.columns}:
+    if found is None:
+        return None
+    frame, data = found
+    names = {c.lower(): c for c in data.column_names}
+    if any(f.lower() not in names for f in node.fields):
         return None
     ctx.meter.note_read("restricted version", node.table, version)
-    return ctx.rule_for(node)._shape(node, frame, False)
+    shaped = ctx.rule_for(node)._shape(node, frame, False)
+    return ctx.on_driver(shaped, data.select([names[f.lower()] for f in node.fields]).rename_columns(list(node.columns)))
 
 
-def distinct_values(frame: DataFrame, column: str) -> tuple[tuple, bool] | None:
+def _on_driver_below(ctx, frame: DataFrame, below: DataFrame, node: Node) -> DataFrame:
+    """Note `frame` (a filter or a plain column projection of `below`) as held on the driver where
+    `below` is."""
+    rows = ctx.rows_on_driver(below)
+    if rows is None:
+        return frame
+    if isinstance(node, Filter):
+        return ctx.on_driver(frame, rows)
+    if all(isinstance(e, exp.Column) and e.name in rows.column_names for e in node.exprs):
+        return ctx.on_driver(frame, rows.select([e.name for e in node.exprs]).rename_columns(list(node.columns)))
+    return frame
+
+
+def distinct_values(frame: DataFrame, column: str, rows=None) -> tuple[tuple, bool] | None:
     """`column`'s distinct non-NULL values in `frame`, sorted, and whether it holds NULL (one
-    small job); None when more than MAX_KEYS (too many for a driver read)."""
+    small job, or none with `rows`, Arrow rows holding every row of `frame`: then a superset);
+    None when more than MAX_KEYS (too many for a driver read)."""
+    found = _values_on_driver(rows, column) if rows is not None else None
+    if found is not None:
+        return None if len(found[0]) > MAX_KEYS else (tuple(found[0]), found[1])
     values = [row[0] for row in frame.select(F.col(quoted(column))).distinct().limit(MAX_KEYS + 2).collect()]
     present = [v for v in values if v is not None]
     return None if len(present) > MAX_KEYS else (tuple(sorted(present)), len(present) < len(values))
 
 
-def _matching(frame: DataFrame, column: str, nulls: bool) -> tuple[tuple, bool] | None:
+def _matching(ctx, frame: DataFrame, column: str, nulls: bool) -> tuple[tuple, bool] | None:
     """The keys to read a partner for: `column`'s values in `frame`, with the partner's NULLs
     when `nulls` (a NULL-safe correlation matches them)."""
-    found = distinct_values(frame, column)
+    found = distinct_values(frame, column, ctx.rows_on_driver(frame))
     return None if found is None else (found[0], nulls)
 
 
@@ -177,7 +221,7 @@ def _restricted_join(ctx, node: Join, side: str, column: str, keys) -> DataFrame
             if len(mine) != 1 or not known:
                 continue
             (p, x), (y,) = known[0], mine
-            frame = restricted_snapshot(ctx, part, side, y, lambda p=p, x=x: _matching(frames[p], x, False))
+            frame = restricted_snapshot(ctx, part, side, y, lambda p=p, x=x: _matching(ctx, frames[p], x, False))
             if frame is not None and _comparable(frames[p].schema[x].dataType, frame.schema[y].dataType):
                 frames[index] = frame
                 reduced.add(index)
@@ -199,7 +243,7 @@ def _restricted_semijoin(ctx, node: SemiJoin, side: str, column: str, keys) -> D
     right = None
     if node.pairs:
         a, b = node.pairs[0]
-        right = restricted_snapshot(ctx, node.right, side, b, lambda: _matching(left, a, True))
+        right = restricted_snapshot(ctx, node.right, side, b, lambda: _matching(ctx, left, a, True))
         if right is not None and not _comparable(left.schema[a].dataType, right.schema[b].dataType):
             right = None
     if right is None:
@@ -222,7 +266,7 @@ def restrict_partners(node, ctx, start: int, change: DataFrame, sides: dict[int,
     keys = {}
     if pairs:
         columns = sorted({a for a, _, _ in pairs})
-        keys = ctx.memo(node.parts[start], "restrict_keys:" + ",".join(columns), lambda: _keys(change, columns))
+        keys = ctx.memo(node.parts[start], "restrict_keys:" + ",".join(columns), lambda: _keys(change, columns, ctx.rows_on_driver(change)))
     types = {f.name: f.dataType for f in change.schema.fields}
     for a, j, b in pairs:
         values = _driver_keys(keys[a])

@@ -1,7 +1,9 @@
 """Scan: a source or derived Delta table. Its change batch is the change data feed of the versions
 the epoch covers, restricted to the columns and rows the plan reads, consolidated; its snapshots
 are time-travel reads. A small change batch or snapshot is read once per refresh, on the driver, and
-shared by every step reading it (shared_reads.py). No state: Delta keeps every version (co-generators, seed 000)."""
+shared by every step reading it (shared_reads.py); such a batch is consolidated there too, so its
+rows are counted, and its key values taken, without a Spark job (the scan's predicate is applied by
+Spark, after: filtering and consolidating commute). No state: Delta keeps every version (co-generators, seed 000)."""
 
 from __future__ import annotations
 
@@ -24,6 +26,15 @@ class ScanRule(Rule):
 
     def delta(self, node: Scan, ctx) -> DataFrame:
         source = ctx.inputs[node.table]
+        consolidated = ctx.reads.consolidated_changes(ctx.spark, source.path, source.before, source.after,
+                                                      source.schema, list(node.fields)) \
+            if ctx.reads is not None else None
+        if consolidated is not None:  # read once per refresh and consolidated on the driver: no job
+            frame, rows = consolidated
+            ctx.meter.note_read("shared changes", node.table, (source.before, source.after))
+            ctx.counted_on_driver(node, rows.num_rows)
+            return ctx.on_driver(self._shape(node, frame, True),
+                                 rows.rename_columns([*node.columns, WEIGHT]))
         shared = ctx.reads.changes(ctx.spark, source.path, source.before, source.after, source.schema,
                                    list(node.fields)) if ctx.reads is not None else None
         ctx.meter.note_read("changes" if shared is None else "shared changes", node.table, (source.before, source.after))
