@@ -83,9 +83,12 @@ class Context:
         self._known_rows: dict[int, int] = {}  # id(scan) -> rows of its batch, counted on the driver
 
     def read_changes(self) -> int:
-        """Read every changed scan's change batch once (persisted) and count it; a scan whose
+        """Read every changed scan's change batch once and count it (on the driver where the
+        batch was consolidated there, else persisted and counted by one Spark job); a scan whose
         batch consolidates to nothing (updates of unread columns, changes filtered out) counts as
-        unchanged, so the join terms and aggregates above it are never planned."""
+        unchanged, so the join terms and aggregates above it are never planned. A batch counted
+        on the driver is counted before its scan's predicate, so one that the predicate empties
+        still counts as changed: its terms then run over no rows and add nothing."""
         from .rescan import refusals
 
         for node in walk(self.plan):
