@@ -87,8 +87,9 @@ class Context:
         batch was consolidated there, else persisted and counted by one Spark job); a scan whose
         batch consolidates to nothing (updates of unread columns, changes filtered out) counts as
         unchanged, so the join terms and aggregates above it are never planned. A batch counted
-        on the driver is counted before its scan's predicate, so one that the predicate empties
-        still counts as changed: its terms then run over no rows and add nothing."""
+        on the driver is counted after its scan's predicate where Arrow decides that
+        (driver_filters.py), else before it: then one the predicate empties still counts as
+        changed, and its terms run over no rows and add nothing."""
         from .rescan import refusals
 
         for node in walk(self.plan):
@@ -107,8 +108,8 @@ class Context:
         return self.rows_read
 
     def counted_on_driver(self, scan: Scan, rows: int) -> None:
-        """`scan`'s change batch was consolidated on the driver and holds `rows` rows (before its
-        predicate, which Spark applies: a superset, and zero only when the batch is empty)."""
+        """`scan`'s change batch was consolidated on the driver and holds `rows` rows (at most: a
+        predicate Arrow could not decide is applied by Spark after; zero only when it is empty)."""
         self._known_rows[id(scan)] = rows
 
     def on_driver(self, frame: DataFrame, rows) -> DataFrame:

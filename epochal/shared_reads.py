@@ -125,6 +125,11 @@ class SharedReads:
         # delta-rs's Arrow types (string views, time zones) as Spark reads them
         return spark.createDataFrame(local.cast(to_arrow_schema(shape)), schema=shape)
 
+    def local(self, spark, data: pa.Table, schema: StructType) -> DataFrame:
+        """Arrow rows whose columns are `schema`'s, in its order, as a local relation of that schema."""
+        local = pa.Table.from_arrays(list(data.combine_chunks().columns), names=schema.names).combine_chunks()
+        return spark.createDataFrame(local.cast(to_arrow_schema(schema)), schema=schema)
+
     def snapshot_rows(self, path: str, version: int) -> pa.Table | None:
         """The table as of `version` as Arrow (delta-rs's types), or None when it is Spark's to read."""
         return self._once(("version", path, version), lambda: self._snapshot(path, version))

@@ -28,6 +28,7 @@ from sqlglot import exp
 
 from ..changes import quoted
 from ..context import NEW
+from ..driver_filters import driver_filter
 from ..graph import Filter, Join, Node, Project, Scan, SemiJoin
 from .base import expr
 
@@ -161,7 +162,9 @@ def restricted_snapshot(ctx, node: Node, side: str, column: str, keys) -> DataFr
         return None
     ctx.meter.note_read("restricted version", node.table, version)
     shaped = ctx.rule_for(node)._shape(node, frame, False)
-    return ctx.on_driver(shaped, data.select([names[f.lower()] for f in node.fields]).rename_columns(list(node.columns)))
+    rows = data.select([names[f.lower()] for f in node.fields]).rename_columns(list(node.columns))
+    passing = driver_filter(rows, node.predicate)  # fewer keys for the partners read after it
+    return ctx.on_driver(shaped, passing if passing is not None else rows)
 
 
 def _on_driver_below(ctx, frame: DataFrame, below: DataFrame, node: Node) -> DataFrame:

@@ -2,8 +2,9 @@
 the epoch covers, restricted to the columns and rows the plan reads, consolidated; its snapshots
 are time-travel reads. A small change batch or snapshot is read once per refresh, on the driver, and
 shared by every step reading it (shared_reads.py); such a batch is consolidated there too, so its
-rows are counted, and its key values taken, without a Spark job (the scan's predicate is applied by
-Spark, after: filtering and consolidating commute). No state: Delta keeps every version (co-generators, seed 000)."""
+rows are counted, and its key values taken, without a Spark job, after its predicate where Arrow
+decides that as Spark does (driver_filters.py; Spark applies it too: filtering and consolidating
+commute). No state: Delta keeps every version (co-generators, seed 000)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from ..changes import consolidate, quoted, read_changes, read_snapshot
+from ..driver_filters import driver_filter
 from ..graph import WEIGHT, Scan
 from .base import Rule, expr
 
@@ -32,9 +34,13 @@ class ScanRule(Rule):
         if consolidated is not None:  # read once per refresh and consolidated on the driver: no job
             frame, rows = consolidated
             ctx.meter.note_read("shared changes", node.table, (source.before, source.after))
+            rows = rows.rename_columns([*node.columns, WEIGHT])
+            passing = driver_filter(rows, node.predicate)
+            if passing is not None and passing.num_rows < rows.num_rows:
+                frame = ctx.reads.local(ctx.spark, passing.rename_columns(frame.columns), frame.schema)
+            rows = passing if passing is not None else rows
             ctx.counted_on_driver(node, rows.num_rows)
-            return ctx.on_driver(self._shape(node, frame, True),
-                                 rows.rename_columns([*node.columns, WEIGHT]))
+            return ctx.on_driver(self._shape(node, frame, True), rows)
         shared = ctx.reads.changes(ctx.spark, source.path, source.before, source.after, source.schema,
                                    list(node.fields)) if ctx.reads is not None else None
         ctx.meter.note_read("changes" if shared is None else "shared changes", node.table, (source.before, source.after))
