@@ -80,7 +80,6 @@ class Context:
         self.persisted: list[DataFrame] = []
         # id(frame) -> (frame, rows): frames whose rows are a subset of an Arrow table on the driver
         self._on_driver: dict[int, tuple[DataFrame, object]] = {}
-        self._known_rows: dict[int, int] = {}  # id(scan) -> rows of its batch, counted on the driver
 
     def read_changes(self) -> int:
         """Read every changed scan's change batch once and count it (on the driver where the
@@ -97,7 +96,8 @@ class Context:
                 rng = self.inputs[node.table]
                 with refusals(f"the change data of {rng.kind} {rng.name!r} versions {rng.before + 1}..{rng.after}"):
                     batch = self.rule_for(node).delta(node, self)
-                    rows = self._known_rows.get(id(node))
+                    held = self.rows_on_driver(batch)  # consolidated on the driver: its rows are counted
+                    rows = held.num_rows if held is not None else None
                     if rows is None:
                         batch = batch.persist()  # a short plan: no cut needed
                         self.persisted.append(batch)
@@ -106,11 +106,6 @@ class Context:
                 self._deltas[id(node)] = batch if rows else None
                 self._changed[id(node)] = bool(rows)
         return self.rows_read
-
-    def counted_on_driver(self, scan: Scan, rows: int) -> None:
-        """`scan`'s change batch was consolidated on the driver and holds `rows` rows (at most: a
-        predicate Arrow could not decide is applied by Spark after; zero only when it is empty)."""
-        self._known_rows[id(scan)] = rows
 
     def on_driver(self, frame: DataFrame, rows) -> DataFrame:
         """Note that every row of `frame` is in `rows` (an Arrow table with frame's columns, read

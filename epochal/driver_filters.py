@@ -26,6 +26,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
+from .shared_reads import key_kind
+
 COMPARE = {exp.EQ: "equal", exp.NEQ: "not_equal", exp.LT: "less", exp.LTE: "less_equal",
            exp.GT: "greater", exp.GTE: "greater_equal"}
 MIRRORED = {"less": "greater", "less_equal": "greater_equal", "greater": "less", "greater_equal": "less_equal",
@@ -39,15 +41,11 @@ class _Unsupported(Exception):
 
 
 def _kind(arrow_type: pa.DataType) -> str:
-    if pa.types.is_integer(arrow_type) or pa.types.is_decimal(arrow_type):
-        return "number"
-    if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type) or pa.types.is_string_view(arrow_type):
-        return "string"
-    if pa.types.is_date(arrow_type):
-        return "date"
-    if pa.types.is_boolean(arrow_type):
-        return "boolean"
-    raise _Unsupported(str(arrow_type))
+    """The kind of literal a column compares with (integers and decimals are both numbers)."""
+    kind = key_kind(arrow_type)
+    if kind not in ("integer", "decimal", "string", "date", "boolean"):
+        raise _Unsupported(kind)
+    return "number" if kind in ("integer", "decimal") else kind
 
 
 def _unparen(node: exp.Expression) -> exp.Expression:

@@ -126,9 +126,8 @@ class SharedReads:
         return spark.createDataFrame(local.cast(to_arrow_schema(shape)), schema=shape)
 
     def local(self, spark, data: pa.Table, schema: StructType) -> DataFrame:
-        """Arrow rows whose columns are `schema`'s, in its order, as a local relation of that schema."""
-        local = pa.Table.from_arrays(list(data.combine_chunks().columns), names=schema.names).combine_chunks()
-        return spark.createDataFrame(local.cast(to_arrow_schema(schema)), schema=schema)
+        """Arrow rows whose columns are named as `schema`'s as a local relation of that schema."""
+        return self._local(spark, data, schema, None)
 
     def snapshot_rows(self, path: str, version: int) -> pa.Table | None:
         """The table as of `version` as Arrow (delta-rs's types), or None when it is Spark's to read."""

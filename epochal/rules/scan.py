@@ -38,9 +38,7 @@ class ScanRule(Rule):
             passing = driver_filter(rows, node.predicate)
             if passing is not None and passing.num_rows < rows.num_rows:
                 frame = ctx.reads.local(ctx.spark, passing.rename_columns(frame.columns), frame.schema)
-            rows = passing if passing is not None else rows
-            ctx.counted_on_driver(node, rows.num_rows)
-            return ctx.on_driver(self._shape(node, frame, True), rows)
+            return ctx.on_driver(self._shape(node, frame, True), passing if passing is not None else rows)
         shared = ctx.reads.changes(ctx.spark, source.path, source.before, source.after, source.schema,
                                    list(node.fields)) if ctx.reads is not None else None
         ctx.meter.note_read("changes" if shared is None else "shared changes", node.table, (source.before, source.after))
