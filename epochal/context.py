@@ -78,8 +78,9 @@ class Context:
         self.scratch: dict[tuple[int, str], object] = {}
         self.rows_read = 0
         self.persisted: list[DataFrame] = []
-        # id(frame) -> (frame, rows): frames whose rows are a subset of an Arrow table on the driver
-        self._on_driver: dict[int, tuple[DataFrame, object]] = {}
+        # id(frame) -> (frame, rows, exact): frames whose rows are a subset of an Arrow table on
+        # the driver (exact: the same bag of rows)
+        self._on_driver: dict[int, tuple[DataFrame, object, bool]] = {}
 
     def read_changes(self) -> int:
         """Read every changed scan's change batch once and count it (on the driver where the
@@ -107,10 +108,11 @@ class Context:
                 self._changed[id(node)] = bool(rows)
         return self.rows_read
 
-    def on_driver(self, frame: DataFrame, rows) -> DataFrame:
+    def on_driver(self, frame: DataFrame, rows, exact: bool = False) -> DataFrame:
         """Note that every row of `frame` is in `rows` (an Arrow table with frame's columns, read
-        or computed on the driver), so its key values can be taken there without a Spark job."""
-        self._on_driver[id(frame)] = (frame, rows)
+        or computed on the driver), so its key values can be taken there without a Spark job;
+        `exact` when `rows` are frame's rows, no more, so operators above may compute on them."""
+        self._on_driver[id(frame)] = (frame, rows, exact)
         return frame
 
     def rows_on_driver(self, frame: DataFrame):
@@ -118,12 +120,20 @@ class Context:
         held = self._on_driver.get(id(frame))
         return held[1] if held is not None and held[0] is frame else None
 
+    def exact_rows(self, frame: DataFrame):
+        """The Arrow rows noted as exactly `frame`'s (delta-rs's or Spark's Arrow types), or None."""
+        held = self._on_driver.get(id(frame))
+        return held[1] if held is not None and held[0] is frame and held[2] else None
+
     def materialize(self, frame: DataFrame) -> DataFrame:
         """Compute `frame` now and cut its lineage (a local checkpoint): what reads it later plans
         against the result, not against the whole subplan again. Without these cuts a join term
         over an aggregate over a join repeats every subplan below it, and plans grow into
         megabytes that take Catalyst seconds to optimize. Only change-sized frames are
-        materialized; released when the step ends."""
+        materialized; released when the step ends. A frame held exactly on the driver is a local
+        relation under a few narrow operators already: it is returned as it is."""
+        if self.exact_rows(frame) is not None:
+            return frame
         done = frame.localCheckpoint(eager=True)
         self.persisted.append(done)
         return done

@@ -33,6 +33,29 @@ class Rule:
         return self.rule, self.state
 
 
+def held_through(ctx, frame: DataFrame, below: DataFrame, node: Node) -> DataFrame:
+    """Note `frame` (`node`, a filter or a projection, applied to `below`) as held on the driver
+    where `below` is: filtered there where Arrow decides the predicate as Spark does (then exact
+    when `below` is), renamed where the projection only picks columns; else not held."""
+    from sqlglot import exp
+
+    from ..driver_filters import driver_filter
+    from ..graph import Filter
+
+    rows = ctx.rows_on_driver(below)
+    if rows is None:
+        return frame
+    exact = ctx.exact_rows(below) is not None
+    if isinstance(node, Filter):
+        passing = driver_filter(rows, node.predicate)
+        return ctx.on_driver(frame, rows, False) if passing is None else ctx.on_driver(frame, passing, exact)
+    if all(isinstance(e, exp.Column) and e.name in rows.column_names for e in node.exprs):
+        weight = [WEIGHT] if WEIGHT in rows.column_names and WEIGHT in frame.columns else []
+        picked = rows.select([e.name for e in node.exprs] + weight).rename_columns(list(node.columns) + weight)
+        return ctx.on_driver(frame, picked, exact)
+    return frame
+
+
 def expr(expression) -> "F.Column":
     return F.expr(sql(expression))
 

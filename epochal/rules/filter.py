@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..graph import Filter
-from .base import Rule, expr
+from .base import Rule, expr, held_through
 
 
 class FilterRule(Rule):
@@ -11,7 +11,9 @@ class FilterRule(Rule):
     rule = "d(σ R) = σ dR"
 
     def delta(self, node: Filter, ctx):
-        return ctx.delta(node.input).filter(expr(node.predicate))
+        below = ctx.delta(node.input)
+        return held_through(ctx, below.filter(expr(node.predicate)), below, node)
 
     def snapshot(self, node: Filter, ctx, side):
-        return ctx.snapshot(node.input, side).filter(expr(node.predicate))
+        below = ctx.snapshot(node.input, side)
+        return held_through(ctx, below.filter(expr(node.predicate)), below, node)

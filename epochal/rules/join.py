@@ -5,17 +5,21 @@ d(R1 ⋈ ... ⋈ Rn) = Σ_i new_1 ⋈ ... ⋈ new_(i-1) ⋈ dR_i ⋈ old_(i+1) �
 Each term starts from the change batch of one input and joins the others in an order that follows
 the join condition outward from it, so every join has an equality to the rows already collected
 (semi-join reduction: only partners of changed rows are kept). Terms of unchanged inputs vanish
-without a Spark job. The other inputs are read by Delta time travel, so no state is kept.
+without a Spark job. The other inputs are read by Delta time travel, so no state is kept. A term
+whose inputs are all held exactly on the driver (the batch and its partners read there) is joined
+there, in Arrow (driver_joins.py), and reaches Spark as a local relation.
 """
 
 from __future__ import annotations
 
+import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from ..changes import quoted
 from ..graph import WEIGHT, Join, columns_in, conjoin, conjuncts
 from ..context import NEW, OLD
+from ..driver_joins import join_rows, output_schema, spark_typed
 from .base import Rule, expr, union_all
 from .restrict import restrict_partners
 
@@ -64,6 +68,20 @@ def join_frames(node: Join, frames: dict[int, DataFrame], start: int) -> DataFra
     return joined.select(*[F.col(quoted(c)) for c in node.columns], *weight)
 
 
+def _join_on_driver(node: Join, ctx, frames: dict[int, DataFrame], start: int):
+    """The term's rows and Spark schema, joined in Arrow (driver_joins.py) where every input is
+    held exactly on the driver; None where it is Spark's to join."""
+    held = {j: ctx.exact_rows(frame) for j, frame in frames.items()}
+    if any(rows is None for rows in held.values()):
+        return None
+    schemas = {j: frame.schema for j, frame in frames.items()}
+    typed = {j: spark_typed(held[j], schemas[j]) for j in frames}
+    if any(rows is None for rows in typed.values()):
+        return None
+    rows = join_rows(node, typed, schemas, start)
+    return None if rows is None else (rows, output_schema(node, schemas, start))
+
+
 class JoinRule(Rule):
     operator = Join
     materialize_delta = True
@@ -71,14 +89,21 @@ class JoinRule(Rule):
     state = "none (other inputs read by Delta time travel)"
 
     def delta(self, node: Join, ctx):
-        terms = []
+        terms, on_driver = [], []
         for i, part in enumerate(node.parts):
             change = ctx.delta(part)
             if change is None:
                 continue
             sides = {j: NEW if j < i else OLD for j in range(len(node.parts)) if j != i}
             frames = restrict_partners(node, ctx, i, change, sides)  # co-generators read for d_i's keys only
-            terms.append(join_frames(node, frames, i))
+            joined = _join_on_driver(node, ctx, frames, i)
+            if joined is not None:
+                on_driver.append(joined)
+            else:
+                terms.append(join_frames(node, frames, i))
+        if on_driver:
+            rows, schema = pa.concat_tables([rows.cast(on_driver[0][0].schema) for rows, _ in on_driver]), on_driver[0][1]
+            terms.insert(0, ctx.on_driver(ctx.reads.local(ctx.spark, rows, schema), rows, exact=True))
         return union_all(terms)
 
     def snapshot(self, node: Join, ctx, side):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pyspark.sql import functions as F
 
 from ..graph import WEIGHT, Project
-from .base import Rule, expr
+from .base import Rule, expr, held_through
 
 
 class ProjectRule(Rule):
@@ -17,7 +17,9 @@ class ProjectRule(Rule):
         return [expr(e).alias(name) for name, e in zip(node.columns, node.exprs)]
 
     def delta(self, node: Project, ctx):
-        return ctx.delta(node.input).select(*self._columns(node), F.col(WEIGHT))
+        below = ctx.delta(node.input)
+        return held_through(ctx, below.select(*self._columns(node), F.col(WEIGHT)), below, node)
 
     def snapshot(self, node: Project, ctx, side):
-        return ctx.snapshot(node.input, side).select(*self._columns(node))
+        below = ctx.snapshot(node.input, side)
+        return held_through(ctx, below.select(*self._columns(node)), below, node)

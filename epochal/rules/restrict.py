@@ -30,7 +30,7 @@ from ..changes import quoted
 from ..context import NEW
 from ..driver_filters import driver_filter
 from ..graph import Filter, Join, Node, Project, Scan, SemiJoin
-from .base import expr
+from .base import expr, held_through
 
 MAX_RANGES = 32  # ranges in one filter: each is tested against every file's statistics
 MAX_KEYS = 200_000  # distinct values collected to the driver; beyond, one range [min, max]
@@ -130,13 +130,13 @@ def restricted_snapshot(ctx, node: Node, side: str, column: str, keys) -> DataFr
         return _restricted_semijoin(ctx, node, side, column, keys)
     if isinstance(node, Filter):
         below = restricted_snapshot(ctx, node.input, side, column, keys)
-        return None if below is None else _on_driver_below(ctx, below.filter(expr(node.predicate)), below, node)
+        return None if below is None else held_through(ctx, below.filter(expr(node.predicate)), below, node)
     if isinstance(node, Project):
         expression = dict(zip(node.columns, node.exprs)).get(column)
         if not isinstance(expression, exp.Column):
             return None
         below = restricted_snapshot(ctx, node.input, side, expression.name, keys)
-        return None if below is None else _on_driver_below(ctx, below.select(*ctx.rule_for(node)._columns(node)),
+        return None if below is None else held_through(ctx, below.select(*ctx.rule_for(node)._columns(node)),
                                                            below, node)
     if not isinstance(node, Scan) or column not in node.columns:
         return None
@@ -164,20 +164,7 @@ def restricted_snapshot(ctx, node: Node, side: str, column: str, keys) -> DataFr
     shaped = ctx.rule_for(node)._shape(node, frame, False)
     rows = data.select([names[f.lower()] for f in node.fields]).rename_columns(list(node.columns))
     passing = driver_filter(rows, node.predicate)  # fewer keys for the partners read after it
-    return ctx.on_driver(shaped, passing if passing is not None else rows)
-
-
-def _on_driver_below(ctx, frame: DataFrame, below: DataFrame, node: Node) -> DataFrame:
-    """Note `frame` (a filter or a plain column projection of `below`) as held on the driver where
-    `below` is."""
-    rows = ctx.rows_on_driver(below)
-    if rows is None:
-        return frame
-    if isinstance(node, Filter):
-        return ctx.on_driver(frame, rows)
-    if all(isinstance(e, exp.Column) and e.name in rows.column_names for e in node.exprs):
-        return ctx.on_driver(frame, rows.select([e.name for e in node.exprs]).rename_columns(list(node.columns)))
-    return frame
+    return ctx.on_driver(shaped, passing if passing is not None else rows, exact=passing is not None)
 
 
 def distinct_values(frame: DataFrame, column: str, rows=None) -> tuple[tuple, bool] | None:
@@ -284,7 +271,7 @@ def restrict_partners(node, ctx, start: int, change: DataFrame, sides: dict[int,
             frames[j] = ctx.snapshot(node.parts[j], side)
             filtered.add(j)
     for a, j, b in pairs:
-        if j in filtered:
+        if j in filtered and ctx.rows_on_driver(frames[j]) is None:  # a local relation skips no files
             target = {f.name: f.dataType for f in frames[j].schema.fields}
             if b in target and a in types and _comparable(types[a], target[b]):
                 frames[j] = frames[j].filter(_condition(b, keys[a]))

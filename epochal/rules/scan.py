@@ -38,7 +38,8 @@ class ScanRule(Rule):
             passing = driver_filter(rows, node.predicate)
             if passing is not None and passing.num_rows < rows.num_rows:
                 frame = ctx.reads.local(ctx.spark, passing.rename_columns(frame.columns), frame.schema)
-            return ctx.on_driver(self._shape(node, frame, True), passing if passing is not None else rows)
+            return ctx.on_driver(self._shape(node, frame, True), passing if passing is not None else rows,
+                                 exact=passing is not None)
         shared = ctx.reads.changes(ctx.spark, source.path, source.before, source.after, source.schema,
                                    list(node.fields)) if ctx.reads is not None else None
         ctx.meter.note_read("changes" if shared is None else "shared changes", node.table, (source.before, source.after))
@@ -52,5 +53,13 @@ class ScanRule(Rule):
         shared = ctx.reads.snapshot(ctx.spark, source.path, version, source.schema) \
             if ctx.reads is not None and version >= 0 else None
         ctx.meter.note_read("version" if shared is None else "shared version", node.table, version)
-        frame = shared if shared is not None else read_snapshot(ctx.spark, source.path, version, source.schema)
-        return self._shape(node, frame, False)
+        if shared is None:
+            return self._shape(node, read_snapshot(ctx.spark, source.path, version, source.schema), False)
+        shaped = self._shape(node, shared, False)
+        data = ctx.reads.snapshot_rows(source.path, version)
+        names = {c.lower(): c for c in data.column_names}
+        if any(f.lower() not in names for f in node.fields):
+            return shaped
+        rows = data.select([names[f.lower()] for f in node.fields]).rename_columns(list(node.columns))
+        passing = driver_filter(rows, node.predicate)
+        return ctx.on_driver(shaped, passing if passing is not None else rows, exact=passing is not None)

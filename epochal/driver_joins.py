@@ -1,0 +1,103 @@
+"""A join term computed on the driver, in Arrow, where every input of it is held there exactly.
+
+A join term `d_i ⋈ partners` over a change-sized batch is small, and most of its inputs are on the
+driver already: the change batch consolidated there, the partners read there for the batch's keys
+(restrict.py), small tables read whole once per refresh (shared_reads.py). Through Spark the term
+cost a local checkpoint and the broadcast jobs AQE plans for it, about a second per join node and
+step. Here it costs pyarrow's hash join, and Spark receives the result as a local relation.
+
+Arrow decides only what it decides as Spark does: each join is on equalities of columns of the
+same Spark type (integers, strings, dates, decimals, booleans; pyarrow's hash join, like Spark's
+`=`, never matches NULL keys), and every other conjunct is a predicate driver_filters.py decides.
+A NULL-safe equality, a cross join, floating point or timestamp keys, or a conjunct Arrow cannot
+decide leave the term to Spark (None).
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import (BooleanType, DataType, DateType, DecimalType, IntegralType, StringType,
+                               StructField, StructType)
+from sqlglot import exp
+
+from .driver_filters import driver_filter
+from .graph import WEIGHT, Join, conjoin
+
+KEY_TYPES = (IntegralType, StringType, DateType, BooleanType, DecimalType)
+
+
+def _key_type(data_type: DataType) -> bool:
+    if isinstance(data_type, StringType):
+        return getattr(data_type, "collation", "UTF8_BINARY") in ("UTF8_BINARY", None)
+    return isinstance(data_type, KEY_TYPES)
+
+
+def spark_typed(rows: pa.Table, schema: StructType) -> pa.Table | None:
+    """`rows` with `schema`'s columns, in its order and with the Arrow types Spark gives them
+    (delta-rs reads string views and its own time zones); None where a column is missing."""
+    if any(name not in rows.column_names for name in schema.names):
+        return None
+    return rows.select(schema.names).cast(to_arrow_schema(schema))
+
+
+def _split(applicable: list, have: dict[str, DataType], part: dict[str, DataType]):
+    """The conjuncts joining `part` to the columns `have`: equality keys (left, right) of one Spark
+    type and the rest, or None where an equality would not be decided as Spark decides it."""
+    keys, rest = [], []
+    for condition in applicable:
+        if isinstance(condition, exp.NullSafeEQ):
+            return None
+        if isinstance(condition, exp.EQ) and isinstance(condition.left, exp.Column) \
+                and isinstance(condition.right, exp.Column):
+            a, b = condition.left.name, condition.right.name
+            if a in part and b in have:
+                a, b = b, a
+            if a in have and b in part:
+                if have[a] != part[b] or not _key_type(have[a]):
+                    return None
+                keys.append((a, b))
+                continue
+        rest.append(condition)
+    return keys, rest
+
+
+def join_rows(node: Join, rows: dict[int, pa.Table], schemas: dict[int, StructType], start: int) -> pa.Table | None:
+    """The term starting at input `start`, joined in join.join_order over Arrow `rows` (input j's
+    rows with the Arrow types of Spark `schemas[j]`, spark_typed), as node.columns and the start's
+    WEIGHT; None where Arrow may not decide it as Spark does."""
+    from .rules.join import join_order
+
+    names = [name for j in rows for name in rows[j].column_names]
+    if len(names) != len(set(names)):
+        return None
+    have = {f.name: f.dataType for f in schemas[start].fields}
+    joined = rows[start]
+    try:
+        for index, applicable in join_order(node, start):
+            if index < 0:
+                joined = driver_filter(joined, conjoin(applicable))
+            else:
+                part = {f.name: f.dataType for f in schemas[index].fields}
+                split = _split(applicable, have, part)
+                if split is None or not split[0]:
+                    return None
+                keys, rest = split
+                joined = joined.join(rows[index], keys=[a for a, _ in keys], right_keys=[b for _, b in keys],
+                                     join_type="inner", coalesce_keys=False, use_threads=True)
+                have.update(part)
+                if rest:
+                    joined = driver_filter(joined, conjoin(rest))
+            if joined is None:
+                return None
+    except (pa.ArrowException, TypeError, ValueError):  # a type pyarrow's join does not take
+        return None
+    weight = [WEIGHT] if WEIGHT in rows[start].column_names else []
+    return joined.select(list(node.columns) + weight).combine_chunks()
+
+
+def output_schema(node: Join, schemas: dict[int, StructType], start: int) -> StructType:
+    """The Spark schema of the term's result: each column as its input has it, and the WEIGHT."""
+    fields = {f.name: f for schema in schemas.values() for f in schema.fields}
+    weight = [StructField(WEIGHT, fields[WEIGHT].dataType, fields[WEIGHT].nullable)] if WEIGHT in schemas[start].names else []
+    return StructType([fields[c] for c in node.columns] + weight)
