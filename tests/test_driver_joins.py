@@ -20,7 +20,7 @@ from epochal.rules.join import join_frames
 from tests import support  # noqa: F401 - imported while the Delta JAR it reads is there (conftest summary)
 
 SCHEMAS = {
-    0: "a_k int, a_s string, a_d decimal(10,2), __weight bigint",
+    0: "a_k int, a_s string, a_d decimal(10,2), __w bigint",
     1: "b_k int, b_s string, b_x decimal(10,2), b_day date",
     2: "c_k int, c_s string, c_day date, c_f double",
 }
@@ -31,7 +31,7 @@ VALUES = {
     "x": st.one_of(st.none(), st.sampled_from([Decimal("0.05"), Decimal("1.00")])),
     "day": st.one_of(st.none(), st.sampled_from([date(1995, 1, 1), date(1996, 6, 30)])),
     "f": st.one_of(st.none(), st.sampled_from([0.5, -0.0, 2.25])),
-    "weight": st.sampled_from([1, -1, 2]),
+    "w": st.sampled_from([1, -1, 2]),
 }
 
 
@@ -70,8 +70,8 @@ def test_a_join_term_on_the_driver_holds_what_sparks_join_holds(spark, condition
     node = _join(condition)
     frames = {i: spark.createDataFrame(rows, SCHEMAS[i]) for i, rows in enumerate((a, b, c))}
     if start != 0:  # only the term's start carries the weight
-        frames[0] = frames[0].drop("__weight")
-        frames[start] = frames[start].withColumn("__weight", F.lit(2).cast("bigint"))
+        frames[0] = frames[0].drop("__w")
+        frames[start] = frames[start].withColumn("__w", F.lit(2).cast("bigint"))
     schemas = {i: frame.schema for i, frame in frames.items()}
     rows = join_rows(node, {i: spark_typed(frame.toArrow(), schemas[i]) for i, frame in frames.items()}, schemas, start)
     if rows is None:
