@@ -110,20 +110,40 @@ class Context:
 
     def on_driver(self, frame: DataFrame, rows, exact: bool = False) -> DataFrame:
         """Note that every row of `frame` is in `rows` (an Arrow table with frame's columns, read
-        or computed on the driver), so its key values can be taken there without a Spark job;
-        `exact` when `rows` are frame's rows, no more, so operators above may compute on them."""
+        or computed on the driver; or a function computing it, called when first asked for), so
+        its key values can be taken there without a Spark job; `exact` when `rows` are frame's
+        rows, no more, so operators above may compute on them."""
         self._on_driver[id(frame)] = (frame, rows, exact)
         return frame
 
+    def _held(self, frame: DataFrame):
+        held = self._on_driver.get(id(frame))
+        if held is None or held[0] is not frame:
+            return None
+        if callable(held[1]):
+            held = self._on_driver[id(frame)] = (frame, held[1](), held[2])
+        return held
+
     def rows_on_driver(self, frame: DataFrame):
         """The Arrow rows noted for `frame` (a superset of its rows), or None."""
-        held = self._on_driver.get(id(frame))
-        return held[1] if held is not None and held[0] is frame else None
+        held = self._held(frame)
+        return held[1] if held is not None else None
 
     def exact_rows(self, frame: DataFrame):
         """The Arrow rows noted as exactly `frame`'s (delta-rs's or Spark's Arrow types), or None."""
+        held = self._held(frame)
+        return held[1] if held is not None and held[2] else None
+
+    def computed_rows(self, frame: DataFrame):
+        """exact_rows where they are computed already (not noted as a function), else None."""
         held = self._on_driver.get(id(frame))
-        return held[1] if held is not None and held[0] is frame and held[2] else None
+        exact = held is not None and held[0] is frame and held[2] and not callable(held[1])
+        return held[1] if exact else None
+
+    def held_exactly(self, frame: DataFrame) -> bool:
+        """Whether `frame`'s rows are noted exactly, without computing rows noted as a function."""
+        held = self._on_driver.get(id(frame))
+        return held is not None and held[0] is frame and held[2]
 
     def materialize(self, frame: DataFrame) -> DataFrame:
         """Compute `frame` now and cut its lineage (a local checkpoint): what reads it later plans
@@ -132,7 +152,7 @@ class Context:
         megabytes that take Catalyst seconds to optimize. Only change-sized frames are
         materialized; released when the step ends. A frame held exactly on the driver is a local
         relation under a few narrow operators already: it is returned as it is."""
-        if self.exact_rows(frame) is not None:
+        if self.held_exactly(frame):
             return frame
         done = frame.localCheckpoint(eager=True)
         self.persisted.append(done)

@@ -27,7 +27,7 @@ from .graph import WEIGHT, Join, conjoin
 KEY_TYPES = (IntegralType, StringType, DateType, BooleanType, DecimalType)
 
 
-def _key_type(data_type: DataType) -> bool:
+def key_type(data_type: DataType) -> bool:
     if isinstance(data_type, StringType):
         return getattr(data_type, "collation", "UTF8_BINARY") in ("UTF8_BINARY", None)
     return isinstance(data_type, KEY_TYPES)
@@ -54,7 +54,7 @@ def _split(applicable: list, have: dict[str, DataType], part: dict[str, DataType
             if a in part and b in have:
                 a, b = b, a
             if a in have and b in part:
-                if have[a] != part[b] or not _key_type(have[a]):
+                if have[a] != part[b] or not key_type(have[a]):
                     return None
                 keys.append((a, b))
                 continue

@@ -446,6 +446,11 @@ def _collect_small(change: DataFrame | None, state: StateStore, limit: int,
     for write in state.writes:
         if write.mode != "merge":
             continue
+        if write.held is not None:
+            if write.held.num_rows > limit:
+                return None
+            states[id(write)] = write.held
+            continue
         flagged = write.frame.select("*", *[F.expr(condition).alias(f"__bad{i}")
                                             for i, (_, condition) in enumerate(write.checks)])
         collected = flagged.limit(limit + 1).toArrow()

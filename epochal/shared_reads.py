@@ -270,6 +270,11 @@ class SharedReads:
         found = self.restricted_with_rows(spark, path, version, schema, field, keys, nulls)
         return found[0] if found is not None else None
 
+    def restricted_rows(self, path: str, version: int, field: str, keys: tuple, nulls: bool = False) -> pa.Table | None:
+        """`restricted`'s rows as Arrow (every column the refresh reads, or every column of a
+        table no plan reads, such as a state table), or None."""
+        return self._covering(path, version, field, keys, nulls)
+
     def restricted_with_rows(self, spark, path: str, version: int, schema: StructType, field: str, keys: tuple,
                              nulls: bool = False) -> tuple[DataFrame, pa.Table] | None:
         """`restricted`, and the same rows as Arrow (the table's column names)."""

@@ -45,6 +45,7 @@ class StateWrite:
     checks: tuple[tuple[str, str], ...] = ()
     rows: int | None = None  # counted before writing (merges only)
     arrow: object | None = None  # the rows as a pyarrow Table, when collected to the driver
+    held: object | None = None  # the rows and one `__bad<i>` flag per check, computed on the driver
 
 
 def latest(raw: DataFrame, keys: list[str]) -> DataFrame:
@@ -86,8 +87,37 @@ class StateStore:
             raw = raw.join(wanted, null_safe_on(raw, wanted, [(k, f"__r_{k}") for k in keys]), "left_semi")
         return latest(raw, keys)
 
-    def merge(self, name: str, frame: DataFrame, keys: tuple[str, ...], checks=()) -> None:
-        self.writes.append(StateWrite(name, frame, keys, "merge", tuple(checks)))
+    def latest_on_driver(self, name: str, keys: list[str], wanted: list[tuple]) -> dict[tuple, dict] | None:
+        """`read` restricted to the `wanted` keys, on the driver: per key its latest state row
+        (column -> value) unless deleted; None where the rows are Spark's to read (too many, or a
+        table delta-rs cannot read as Spark does)."""
+        from .driver_aggregates import latest_rows
+
+        version = self.versions.get(name)
+        if version is None:
+            raise StateMissing(f"state table {name} has no version recorded in the ledger")
+        if self.reads is None:
+            return None
+        path = self.path(name)
+        if DeltaLog.open(path, self.storage_options) is None:
+            raise StateMissing(f"state table {path} is missing")
+        data = self.reads.snapshot_rows(path, version)
+        if data is None and keys:
+            first = {key[0] for key in wanted}
+            try:
+                values = tuple(sorted(v for v in first if v is not None))
+            except TypeError:
+                return None
+            data = self.reads.restricted_rows(path, version, keys[0], values, None in first)
+        if data is None:
+            return None
+        return latest_rows(data, keys, wanted, SEQ, DELETE_FLAG)
+
+    def merge(self, name: str, frame: DataFrame, keys: tuple[str, ...], checks=(), held=None) -> None:
+        """Queue `frame`'s rows as the new state of their keys. `held`: the same rows as Arrow,
+        with one boolean `__bad<i>` column per check, where the rule computed them on the driver
+        (then no job collects them)."""
+        self.writes.append(StateWrite(name, frame, keys, "merge", tuple(checks), held=held))
 
     def overwrite(self, name: str, frame: DataFrame, keys: tuple[str, ...] = ()) -> None:
         self.writes.append(StateWrite(name, frame, keys, "overwrite"))

@@ -99,6 +99,9 @@ DEFINITIONS = {
     "by_group": "SELECT g, count(*) AS n, count(v) AS nv, sum(v) AS s, avg(v) AS av, min(v) AS mn, "
                 "max(v) AS mx, sum(d) AS sd, avg(d) AS ad, max(d) AS xd, count(DISTINCT k) AS dk "
                 "FROM a GROUP BY g",
+    # by_group without DISTINCT: every aggregate here is computed on the driver where the batch is
+    "group_sums": "SELECT g, count(*) AS n, count(v) AS nv, sum(v) AS s, avg(v) AS av, min(v) AS mn, "
+                  "max(v) AS mx, sum(d) AS sd, avg(d) AS ad, max(d) AS xd FROM a GROUP BY g",
     "totals": "SELECT count(*) AS n, sum(v) AS s, min(v) AS mn, max(d) AS xd, avg(d) AS ad, "
               "count(DISTINCT g) AS dg FROM a",
     "joined": "SELECT a.k, a.g, b.name, a.v + b.w AS x FROM a JOIN b ON a.k = b.k",

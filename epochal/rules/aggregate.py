@@ -16,15 +16,20 @@ aggregate (no GROUP BY) always has its one row.
 
 from __future__ import annotations
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import DataType, DecimalType, DoubleType, LongType
+from pyspark.sql.types import DataType, DecimalType, DoubleType, FloatType, IntegralType, LongType
 
 from ..changes import consolidate, null_safe_on, quoted, restrict
 from ..graph import WEIGHT, Aggregate, AggCall, sql
 from ..state import DELETE_FLAG
 from ..context import NEW, OLD
+from ..driver_aggregates import state_types, sum_type, touched_rows
+from ..driver_joins import key_type, spark_typed
 from .base import Rule
+from .restrict import restricted_snapshot
 
 COUNT = "__count"
 FOLDED = ("count_star", "count", "sum", "avg")
@@ -77,11 +82,17 @@ class AggregateRule(Rule):
 
     # ---- types -----------------------------------------------------------------------------
     def _input_type(self, node: Aggregate, ctx, column: str) -> DataType:
-        return ctx.schema(node.input)[column].dataType
+        """From the change batch where there is one (a local relation, where the snapshot may be
+        a time-travel read Delta must open to say its schema)."""
+        def schema():
+            change = ctx.delta(node.input) if not ctx.rescan and ctx.changed(node.input) else None
+            return (change if change is not None else ctx.snapshot(node.input, NEW)).schema
+
+        return ctx.memo(node, "input_schema", schema)[column].dataType
 
     def _sum_type(self, node: Aggregate, ctx, agg: AggCall) -> DataType:
-        return ctx.memo(node, f"sum_type:{agg.name}", lambda: ctx.snapshot(node.input, NEW).select(
-            F.sum(c(agg.arg))).schema[0].dataType)
+        return ctx.memo(node, f"sum_type:{agg.name}", lambda: sum_type(self._input_type(node, ctx, agg.arg)) or
+                        ctx.snapshot(node.input, NEW).select(F.sum(c(agg.arg))).schema[0].dataType)
 
     def _finalize(self, node: Aggregate, ctx, prefix: str) -> list:
         """Visible aggregate values from state columns named `prefix + state column`."""
@@ -112,7 +123,8 @@ class AggregateRule(Rule):
             sum_type = self._sum_type(node, ctx, agg)
             result = DecimalType(min(38, arg_type.precision + 4), min(38, arg_type.scale + 4))
             return (total.cast(sum_type) / count.cast(DecimalType(20, 0))).cast(result)
-        result_type = ctx.snapshot(node.input, NEW).select(F.avg(c(agg.arg))).schema[0].dataType
+        result_type = DoubleType() if isinstance(arg_type, (IntegralType, DoubleType, FloatType)) else \
+            ctx.snapshot(node.input, NEW).select(F.avg(c(agg.arg))).schema[0].dataType
         return (total.cast(DoubleType()) / count.cast(DoubleType())).cast(result_type)
 
     # ---- full state ---------------------------------------------------------------------------
@@ -211,6 +223,13 @@ class AggregateRule(Rule):
         keys = list(node.keys)
         state_columns = [COUNT] + [s for a in node.aggs for s in _state_columns(a)]
         exists = (c("n__" + COUNT) > 0) | F.lit(not keys)
+        held, rows = None, ctx.computed_rows(touched)
+        if rows is not None:  # the same rows and check, in Arrow
+            count = rows.column("n__" + COUNT)
+            gone = pc.less_equal(count, 0) if keys else pa.array([False] * rows.num_rows)
+            held = pa.Table.from_arrays(
+                [*[rows.column(k) for k in keys], *[rows.column("n__" + s) for s in state_columns], gone,
+                 pc.less(count, 0)], names=[*keys, *state_columns, DELETE_FLAG, "__bad0"])
         ctx.state.merge(
             ctx.state_name(node),
             touched.select(
@@ -220,10 +239,56 @@ class AggregateRule(Rule):
             ),
             tuple(keys),
             checks=[(f"a group count below zero in {ctx.state_name(node)}", f"`{COUNT}` < 0")],
+            held=held,
         )
         return touched
 
+    def _touched_on_driver(self, node: Aggregate, ctx) -> DataFrame | None:
+        """_compute_touched in Python (driver_aggregates.py) where the change is held exactly on
+        the driver and so are the state rows of its groups; None where it is Spark's."""
+        change = ctx.delta(node.input)
+        rows = ctx.exact_rows(change)
+        if rows is None:
+            return None
+        schema = change.schema
+        input_types = {f.name: f.dataType for f in schema.fields}
+        types = state_types(node, input_types)
+        if types is None or not all(key_type(input_types[k]) for k in node.keys):
+            return None
+        rows = spark_typed(rows, schema)
+        if rows is None:
+            return None
+        wanted = list({key for key in zip(*[rows.column(k).to_pylist() for k in node.keys])}) if node.keys else [()]
+        old = ctx.state.latest_on_driver(ctx.state_name(node), list(node.keys), wanted)
+        if old is None:
+            return None
+        found = touched_rows(node, rows, old, input_types, types, lambda groups: self._input_on_driver(node, ctx, groups))
+        if found is None:
+            return None
+        touched, touched_schema = found
+        return ctx.on_driver(ctx.reads.local(ctx.spark, touched, touched_schema), touched, exact=True)
+
+    def _input_on_driver(self, node: Aggregate, ctx, groups: set[tuple]):
+        """The input's rows of at least `groups` as of the epoch's end, held exactly on the
+        driver (Spark-typed Arrow), or None."""
+        keys = list(node.keys)
+        frame = None
+        if keys:
+            values = {key[0] for key in groups}
+            try:
+                wanted = (tuple(sorted(v for v in values if v is not None)), None in values)
+            except TypeError:
+                return None
+            frame = restricted_snapshot(ctx, node.input, NEW, keys[0], wanted)
+        if frame is None:
+            frame = ctx.snapshot(node.input, NEW)  # a small input is held whole
+        rows = ctx.exact_rows(frame) if ctx.held_exactly(frame) else None
+        return spark_typed(rows, frame.schema) if rows is not None else None
+
     def _compute_touched(self, node: Aggregate, ctx) -> DataFrame:
+        on_driver = self._touched_on_driver(node, ctx)
+        if on_driver is not None:
+            return on_driver
         keys = list(node.keys)
         change = ctx.delta(node.input)
         grouped = self._grouped_change(node, ctx, change)
@@ -320,6 +385,12 @@ class AggregateRule(Rule):
         new_rows = touched.filter(exists).select(
             *[c(k) for k in keys], *self._finalize(node, ctx, "n__"), F.lit(1).cast(LongType()).alias(WEIGHT)
         )
+        if ctx.held_exactly(touched):
+            # a plan over a local relation, collected if asked for; left unconsolidated (a group
+            # whose visible row did not change cancels where the step's change is consolidated,
+            # on the driver), which spares the shuffle
+            change = old_rows.unionByName(new_rows)
+            return ctx.on_driver(change, change.toArrow, exact=True)
         return consolidate(old_rows.unionByName(new_rows))
 
     def snapshot(self, node: Aggregate, ctx, side: str) -> DataFrame:

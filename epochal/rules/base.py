@@ -36,24 +36,32 @@ class Rule:
 def held_through(ctx, frame: DataFrame, below: DataFrame, node: Node) -> DataFrame:
     """Note `frame` (`node`, a filter or a projection, applied to `below`) as held on the driver
     where `below` is: filtered there where Arrow decides the predicate as Spark does (then exact
-    when `below` is), renamed where the projection only picks columns; else not held."""
+    when `below` is), renamed where the projection only picks columns. Over exact rows, what Arrow
+    does not compute as Spark does is noted as Spark's rows of `frame`, collected only if an
+    operator above asks for them (one job with no shuffle: `below` is a local relation)."""
     from sqlglot import exp
 
     from ..driver_filters import driver_filter
     from ..graph import Filter
 
-    rows = ctx.rows_on_driver(below)
-    if rows is None:
+    if not ctx.held_exactly(below):
+        rows = ctx.rows_on_driver(below)
+        if rows is not None and isinstance(node, Filter):
+            passing = driver_filter(rows, node.predicate)
+            return ctx.on_driver(frame, rows if passing is None else passing)
         return frame
-    exact = ctx.exact_rows(below) is not None
-    if isinstance(node, Filter):
+    rows = ctx.computed_rows(below)
+    if rows is None:  # Spark's rows: so are these
+        pass
+    elif isinstance(node, Filter):
         passing = driver_filter(rows, node.predicate)
-        return ctx.on_driver(frame, rows, False) if passing is None else ctx.on_driver(frame, passing, exact)
-    if all(isinstance(e, exp.Column) and e.name in rows.column_names for e in node.exprs):
+        if passing is not None:
+            return ctx.on_driver(frame, passing, exact=True)
+    elif all(isinstance(e, exp.Column) and e.name in rows.column_names for e in node.exprs):
         weight = [WEIGHT] if WEIGHT in rows.column_names and WEIGHT in frame.columns else []
         picked = rows.select([e.name for e in node.exprs] + weight).rename_columns(list(node.columns) + weight)
-        return ctx.on_driver(frame, picked, exact)
-    return frame
+        return ctx.on_driver(frame, picked, exact=True)
+    return ctx.on_driver(frame, frame.toArrow, exact=True)
 
 
 def expr(expression) -> "F.Column":

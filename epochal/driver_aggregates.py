@@ -1,0 +1,268 @@
+"""An aggregate's touched groups computed on the driver where its change batch is held there
+exactly (rules/aggregate.py has the rule and the state; this is the same arithmetic in Python).
+
+Through Spark, the touched groups of one step (the change grouped, the previous state of those
+groups read and reduced to its latest rows, the two joined and added) cost a local checkpoint and
+the four or five jobs AQE plans for it, and seconds of Catalyst over a plan of a few thousand rows.
+Here they cost a pass over the change rows and a lookup of the state rows of the touched groups
+(read by delta-rs: the whole state when it is small, else the rows of the touched keys), and Spark
+receives them as a local relation: finalizing the visible values, the state write and the output
+change are Spark's as before, so the types and the rounding of AVG stay Spark's.
+
+Taken only where Python computes exactly what Spark does: COUNT(*), COUNT, SUM and AVG of
+integers, decimals (with Spark's result types; not where Spark's product with the weight would
+lose scale) and doubles (a sum in another order: within the suite's relative tolerance, as Spark's
+own partial sums are), and MIN/MAX of integers, strings, dates and decimals for groups no delete
+touched (those are recomputed from the input, by Spark). Group keys are integers, strings, dates,
+decimals or booleans, matched NULL-safely as Spark's join on the state is. Everything else (DISTINCT
+aggregates, other functions, floating-point keys, an overflow) returns None: Spark's to compute.
+"""
+
+from __future__ import annotations
+
+import decimal
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import (DataType, DateType, DecimalType, DoubleType, FloatType, IntegerType, IntegralType,
+                               LongType, StringType, StructField, StructType)
+
+from .graph import WEIGHT, Aggregate
+
+LONG_MIN, LONG_MAX = -(2 ** 63), 2 ** 63 - 1
+EXACT = decimal.Context(prec=100, rounding=decimal.ROUND_HALF_UP)
+
+
+class _Unsupported(Exception):
+    pass
+
+
+def sum_type(input_type: DataType) -> DataType | None:
+    """Spark's type of SUM over `input_type`, or None where it is Spark's to say."""
+    if isinstance(input_type, DecimalType):
+        return DecimalType(min(38, input_type.precision + 10), input_type.scale)
+    if isinstance(input_type, IntegralType):
+        return LongType()
+    if isinstance(input_type, (DoubleType, FloatType)):
+        return DoubleType()
+    return None
+
+
+def _summable(input_type: DataType) -> bool:
+    """Whether Spark's `arg * weight` (a BIGINT weight) keeps the arg's values exactly."""
+    if isinstance(input_type, DecimalType):  # DECIMAL(p, s) * DECIMAL(20, 0): loses scale past 38 digits
+        return input_type.precision + 21 <= 38 or input_type.scale <= 6
+    return isinstance(input_type, (IntegralType, DoubleType, FloatType))
+
+
+def _ordered(input_type: DataType) -> bool:
+    """Whether Python orders the values as Spark does (not floating point: NaN, -0.0)."""
+    return isinstance(input_type, (IntegralType, StringType, DateType, DecimalType))
+
+
+def _fit(value, data_type: DataType):
+    """`value` as Spark's cast to `data_type` holds it; _Unsupported where Spark would overflow."""
+    if value is None:
+        return None
+    if isinstance(data_type, DecimalType):
+        quantized = value.quantize(decimal.Decimal(1).scaleb(-data_type.scale), context=EXACT)
+        if quantized != value or len(quantized.as_tuple().digits) > data_type.precision:
+            raise _Unsupported(f"{value} as {data_type}")
+        return quantized
+    if isinstance(data_type, LongType) and not LONG_MIN <= value <= LONG_MAX:
+        raise _Unsupported(f"{value} as BIGINT")
+    return value
+
+
+def _add(a, b):
+    if isinstance(a, decimal.Decimal) or isinstance(b, decimal.Decimal):
+        return EXACT.add(decimal.Decimal(a), decimal.Decimal(b))
+    return a + b
+
+
+def _times(value, weight: int):
+    return EXACT.multiply(value, weight) if isinstance(value, decimal.Decimal) else value * weight
+
+
+def state_types(node: Aggregate, input_types: dict[str, DataType]) -> dict[str, DataType] | None:
+    """Each state column's Spark type (AggregateRule._state_type), or None where an aggregate is
+    not computed here."""
+    from .rules.aggregate import _state_columns
+
+    types = {}
+    for agg in node.aggs:
+        if agg.distinct or agg.func == "other":
+            return None
+        if agg.func == "count_star":
+            continue
+        arg_type = input_types[agg.arg]
+        if agg.func in ("sum", "avg"):
+            total = sum_type(arg_type)
+            if total is None or not _summable(arg_type):
+                return None
+            types[f"{agg.name}__s"], types[f"{agg.name}__n"] = total, LongType()
+        elif agg.func == "count":
+            types[f"{agg.name}__n"] = LongType()
+        elif agg.func in ("min", "max"):
+            if not _ordered(arg_type):
+                return None
+            types[f"{agg.name}__m"] = arg_type
+        assert set(_state_columns(agg)) <= set(types)
+    return types
+
+
+def group_change(node: Aggregate, change: pa.Table) -> dict[tuple, dict]:
+    """AggregateRule._grouped_change in Python: per group key, COUNT (the weights' sum), __neg,
+    and each aggregate's change columns."""
+    from .rules.aggregate import COUNT
+
+    key_columns = [change.column(k).to_pylist() for k in node.keys]
+    weights = change.column(WEIGHT).to_pylist()
+    args = {agg.arg: change.column(agg.arg).to_pylist() for agg in node.aggs if agg.arg is not None}
+    groups: dict[tuple, dict] = {}
+    for i, weight in enumerate(weights):
+        key = tuple(column[i] for column in key_columns)
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = {COUNT: 0, "__neg": 0}
+            for agg in node.aggs:
+                if agg.func in ("sum", "avg"):
+                    group[f"{agg.name}__s"], group[f"{agg.name}__n"] = None, 0
+                elif agg.func == "count":
+                    group[f"{agg.name}__n"] = 0
+                elif agg.func in ("min", "max"):
+                    group[f"{agg.name}__m"], group[f"{agg.name}__neg"] = None, 0
+        group[COUNT] += weight
+        if weight < 0:
+            group["__neg"] = 1
+        for agg in node.aggs:
+            if agg.func == "count_star":
+                continue
+            value = args[agg.arg][i]
+            if value is None:
+                continue
+            if agg.func in ("sum", "avg"):
+                product = _times(value, weight)
+                total = group[f"{agg.name}__s"]
+                group[f"{agg.name}__s"] = product if total is None else _add(total, product)
+            if agg.func in ("sum", "avg", "count"):
+                group[f"{agg.name}__n"] += weight
+            if agg.func in ("min", "max"):
+                if weight > 0:
+                    held = group[f"{agg.name}__m"]
+                    pick = min if agg.func == "min" else max
+                    group[f"{agg.name}__m"] = value if held is None else pick(held, value)
+                elif weight < 0:
+                    group[f"{agg.name}__neg"] = 1
+    return groups
+
+
+def extremes_of(node: Aggregate, rows: pa.Table, groups: set[tuple]) -> dict[tuple, dict]:
+    """Per group of `groups`, each MIN/MAX over `rows` (the input's rows of at least those
+    groups): AggregateRule._recompute in Python."""
+    extremes = [agg for agg in node.aggs if agg.func in ("min", "max")]
+    key_columns = [rows.column(k).to_pylist() for k in node.keys]
+    args = {agg.arg: rows.column(agg.arg).to_pylist() for agg in extremes}
+    found: dict[tuple, dict] = {key: {f"{agg.name}__m": None for agg in extremes} for key in groups}
+    for i in range(rows.num_rows):
+        key = tuple(column[i] for column in key_columns)
+        group = found.get(key)
+        if group is None:
+            continue
+        for agg in extremes:
+            value, held = args[agg.arg][i], group[f"{agg.name}__m"]
+            if value is not None:
+                group[f"{agg.name}__m"] = value if held is None else (min if agg.func == "min" else max)(held, value)
+    return found
+
+
+def _pick(column: str, extremes: list, values: list):
+    agg = next(a for a in extremes if column == f"{a.name}__m")
+    return (min if agg.func == "min" else max)(values) if values else None
+
+
+def touched_rows(node: Aggregate, change: pa.Table, old: dict[tuple, dict], input_types: dict[str, DataType],
+                 types: dict[str, DataType], recompute) -> tuple[pa.Table, StructType] | None:
+    """AggregateRule._compute_touched in Python: per touched group, its keys, new state (n__*),
+    old state (o__*, NULL for a new group) and the delete markers, as Arrow rows and their Spark
+    schema; None where a value would overflow its type. `change` has the input's columns and
+    WEIGHT; `old` maps a group key to its state row (state column -> value). A MIN/MAX of a group
+    a delete touched is recomputed from `recompute(groups)`: the input's rows (Spark-typed Arrow)
+    of at least those groups as of the epoch's end, or None (then Spark's to compute)."""
+    from .rules.aggregate import COUNT, _state_columns
+
+    columns = [COUNT] + [s for agg in node.aggs for s in _state_columns(agg)]
+    types = {COUNT: LongType(), **types}
+    extremes = [agg for agg in node.aggs if agg.func in ("min", "max")]
+    out: dict[str, list] = {name: [] for name in
+                            [*node.keys, *["n__" + s for s in columns], *["o__" + s for s in columns], "__neg",
+                             *[f"{agg.name}__neg" for agg in extremes]]}
+    grouped = group_change(node, change)
+    deleted = {key for key, group in grouped.items() if any(group[f"{agg.name}__neg"] for agg in extremes)}
+    recomputed = {}
+    if deleted:
+        rows = recompute(deleted)
+        if rows is None:
+            return None
+        recomputed = extremes_of(node, rows, deleted)
+    try:
+        for key, group in grouped.items():
+            state = old.get(key)
+            for name, value in zip(node.keys, key):
+                out[name].append(value)
+            for column in columns:
+                before = state.get(column) if state is not None else None
+                if column.endswith("__m"):
+                    neg = group[column[:-len("__m")] + "__neg"]
+                    after = recomputed[key][column] if neg else \
+                        _pick(column, extremes, [v for v in (before, group[column]) if v is not None])
+                else:
+                    zero = decimal.Decimal(0) if isinstance(types[column], DecimalType) else 0
+                    after = _add(before if before is not None else zero,
+                                 group[column] if group[column] is not None else zero)
+                    if isinstance(types[column], DoubleType):
+                        after = float(after)
+                out["n__" + column].append(_fit(after, types[column]))
+                out["o__" + column].append(before)
+            out["__neg"].append(group["__neg"])
+            for agg in extremes:
+                out[f"{agg.name}__neg"].append(group[f"{agg.name}__neg"])
+    except (_Unsupported, decimal.InvalidOperation, TypeError):
+        return None
+    fields = [StructField(k, input_types[k]) for k in node.keys]
+    fields += [StructField("n__" + s, types[s]) for s in columns] + [StructField("o__" + s, types[s]) for s in columns]
+    fields += [StructField(name, IntegerType()) for name in ["__neg", *[f"{a.name}__neg" for a in extremes]]]
+    schema = StructType(fields)
+    arrow = to_arrow_schema(schema)
+    try:
+        rows = pa.table({f.name: pa.array(out[f.name], type=arrow.field(f.name).type) for f in fields})
+    except (pa.ArrowException, TypeError, ValueError):
+        return None
+    return rows, schema
+
+
+def latest_rows(data: pa.Table, keys: list[str], wanted: list[tuple], seq: str, delete_flag: str) -> dict[tuple, dict]:
+    """state.latest on the driver, for the `wanted` keys only: per key the row of the highest
+    `seq`, unless that row is a deletion. Keys match NULL-safely (None equals None), as Spark's
+    join on the state does."""
+    names = {c.lower(): c for c in data.column_names}
+    if keys and wanted:
+        first = data.column(names[keys[0].lower()])
+        values = [key[0] for key in wanted if key[0] is not None]
+        try:
+            mask = pc.is_in(first, value_set=pa.array(values, type=first.type))
+        except (pa.ArrowException, TypeError, ValueError):
+            mask = None
+        if mask is not None:
+            if any(key[0] is None for key in wanted):
+                mask = pc.or_(mask, pc.is_null(first))
+            data = data.filter(pc.fill_null(mask, False))
+    wanted_set = set(wanted)
+    best: dict[tuple, dict] = {}
+    for row in data.to_pylist():
+        key = tuple(row[names[k.lower()]] for k in keys)
+        if key in wanted_set and (key not in best or row[names[seq.lower()]] > best[key][names[seq.lower()]]):
+            best[key] = row
+    flag = names[delete_flag.lower()]
+    return {key: row for key, row in best.items() if not row[flag]}
