@@ -3,10 +3,10 @@ Spark does; None everywhere else, and Spark filters instead.
 
 A change batch consolidated on the driver, or a co-generator's rows read there for some keys, is
 filtered here so that its row count is exact (a batch the predicate empties counts as unchanged)
-and the key values a join term reads its partners for are only those of rows that pass. Spark
-still applies the predicate to the relation built from these rows, so a predicate Arrow kept a row
-of too many changes nothing; one it dropped a row of wrongly would, and the differential tests hold
-every supported form against Spark's filter.
+and the key values a join term reads its partners for are only those of rows that pass. Where the
+rows go on to Spark, Spark applies the predicate to them too; where a join term or an aggregate is
+computed on the driver (driver_joins.py, driver_aggregates.py), Arrow's answer is the answer. So
+every supported form is held against Spark's filter (tests/test_driver_filters.py).
 
 Supported: comparisons (=, <>, <, <=, >, >=) of a column with a literal of its own kind (a number
 for integer and decimal columns, a string for strings, CAST('yyyy-mm-dd' AS DATE) for dates, a

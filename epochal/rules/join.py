@@ -68,7 +68,7 @@ def join_frames(node: Join, frames: dict[int, DataFrame], start: int) -> DataFra
     return joined.select(*[F.col(quoted(c)) for c in node.columns], *weight)
 
 
-def _join_on_driver(node: Join, ctx, frames: dict[int, DataFrame], start: int):
+def join_on_driver(node: Join, ctx, frames: dict[int, DataFrame], start: int):
     """The term's rows and Spark schema, joined in Arrow (driver_joins.py) where every input is
     held exactly on the driver; None where it is Spark's to join."""
     held = {j: ctx.exact_rows(frame) for j, frame in frames.items()}
@@ -96,7 +96,7 @@ class JoinRule(Rule):
                 continue
             sides = {j: NEW if j < i else OLD for j in range(len(node.parts)) if j != i}
             frames = restrict_partners(node, ctx, i, change, sides)  # co-generators read for d_i's keys only
-            joined = _join_on_driver(node, ctx, frames, i)
+            joined = join_on_driver(node, ctx, frames, i)
             if joined is not None:
                 on_driver.append(joined)
             else:

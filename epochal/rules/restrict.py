@@ -190,7 +190,7 @@ def _restricted_join(ctx, node: Join, side: str, column: str, keys) -> DataFrame
     """A join's rows whose `column` is one of the keys: its input holding `column` read for the
     keys, then each further input, in the join's order, for the values its equality to the inputs
     read so far can match (semi-join reduction, on the driver), or in full where it cannot be."""
-    from .join import join_frames, join_order
+    from .join import join_on_driver, join_frames, join_order
 
     owner = next((p for p, part in enumerate(node.parts) if column in part.columns), None)
     start = restricted_snapshot(ctx, node.parts[owner], side, column, keys) if owner is not None else None
@@ -218,6 +218,10 @@ def _restricted_join(ctx, node: Join, side: str, column: str, keys) -> DataFrame
                 break
         if index not in frames:
             frames[index] = ctx.snapshot(part, side)
+    joined = join_on_driver(node, ctx, frames, owner)
+    if joined is not None:  # every input held exactly: joined in Arrow
+        rows, schema = joined
+        return ctx.on_driver(ctx.reads.local(ctx.spark, rows, schema), rows, exact=True)
     return join_frames(node, frames, owner)
 
 
