@@ -3,8 +3,10 @@ the epoch covers, restricted to the columns and rows the plan reads, consolidate
 are time-travel reads. A small change batch or snapshot is read once per refresh, on the driver, and
 shared by every step reading it (shared_reads.py); such a batch is consolidated there too, so its
 rows are counted, and its key values taken, without a Spark job, after its predicate where Arrow
-decides that as Spark does (driver_filters.py; Spark applies it too: filtering and consolidating
-commute). No state: Delta keeps every version (co-generators, seed 000)."""
+decides that as Spark does (driver_filters.py; filtering and consolidating commute). Rows that
+passed a predicate Arrow decided are noted as exactly the scan's rows (Context.on_driver), so the
+join terms and aggregates above may compute on them there. No state: Delta keeps every version
+(co-generators, seed 000)."""
 
 from __future__ import annotations
 
