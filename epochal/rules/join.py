@@ -12,6 +12,8 @@ there, in Arrow (driver_joins.py), and reaches Spark as a local relation.
 
 from __future__ import annotations
 
+import logging
+
 import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -22,6 +24,8 @@ from ..context import NEW, OLD
 from ..driver_joins import join_rows, output_schema, spark_typed
 from .base import Rule, expr, union_all
 from .restrict import restrict_partners
+
+log = logging.getLogger("epochal")
 
 
 def _is_equality(part) -> bool:
@@ -73,12 +77,18 @@ def join_on_driver(node: Join, ctx, frames: dict[int, DataFrame], start: int):
     held exactly on the driver; None where it is Spark's to join."""
     held = {j: ctx.exact_rows(frame) for j, frame in frames.items()}
     if any(rows is None for rows in held.values()):
+        log.debug("join term d%d joined by Spark: inputs not held exactly on the driver: %s", start + 1,
+                  "; ".join(f"{j + 1}: {node.parts[j].kind} {node.parts[j].describe()}"
+                            for j, rows in held.items() if rows is None))
         return None
     schemas = {j: frame.schema for j, frame in frames.items()}
     typed = {j: spark_typed(held[j], schemas[j]) for j in frames}
     if any(rows is None for rows in typed.values()):
         return None
     rows = join_rows(node, typed, schemas, start)
+    if rows is None:
+        log.debug("join term d%d joined by Spark: Arrow does not decide %s as Spark does", start + 1,
+                  node.describe())
     return None if rows is None else (rows, output_schema(node, schemas, start))
 
 

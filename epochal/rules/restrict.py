@@ -29,7 +29,7 @@ from sqlglot import exp
 from ..changes import quoted
 from ..context import NEW
 from ..driver_filters import driver_filter
-from ..graph import Filter, Join, Node, Project, Scan, SemiJoin
+from ..graph import Filter, Join, Node, Project, Scan, SemiJoin, conjuncts
 from .base import expr, held_through
 
 MAX_RANGES = 32  # ranges in one filter: each is tested against every file's statistics
@@ -196,33 +196,60 @@ def _restricted_join(ctx, node: Join, side: str, column: str, keys) -> DataFrame
     start = restricted_snapshot(ctx, node.parts[owner], side, column, keys) if owner is not None else None
     if start is None:
         return None
-    frames, reduced = {owner: start}, {owner}
-    for index, applicable in join_order(node, owner):
-        if index < 0:
-            continue
-        part = node.parts[index]
-        for condition in applicable:
-            if not (isinstance(condition, exp.EQ) and isinstance(condition.left, exp.Column)
-                    and isinstance(condition.right, exp.Column)):
-                continue
-            ends = {condition.left.name, condition.right.name}
-            mine = ends & set(part.columns)
-            known = [(p, c) for p in reduced for c in ends - mine if c in node.parts[p].columns]
-            if len(mine) != 1 or not known:
-                continue
-            (p, x), (y,) = known[0], mine
-            frame = restricted_snapshot(ctx, part, side, y, lambda p=p, x=x: _matching(ctx, frames[p], x, False))
-            if frame is not None and _comparable(frames[p].schema[x].dataType, frame.schema[y].dataType):
-                frames[index] = frame
-                reduced.add(index)
-                break
-        if index not in frames:
-            frames[index] = ctx.snapshot(part, side)
+    frames = {owner: start}
+    _reduce(ctx, node, owner, frames, {owner}, {j: side for j in range(len(node.parts)) if j != owner})
     joined = join_on_driver(node, ctx, frames, owner)
     if joined is not None:  # every input held exactly: joined in Arrow
         rows, schema = joined
         return ctx.on_driver(ctx.reads.local(ctx.spark, rows, schema), rows, exact=True)
     return join_frames(node, frames, owner)
+
+
+def _reduce(ctx, node: Join, start: int, frames: dict[int, DataFrame], reduced: set[int], sides: dict[int, str],
+            held_only: bool = False) -> None:
+    """Semi-join reduction, hop by hop: read each input not in `frames` (as of `sides[j]`) for the
+    values its equality to an input read so far (in `reduced`) can match, on the driver; in full
+    where it cannot be. Inputs are tried in the join's order from `start`, again while a pass
+    reads one (a read refused for too many rows through one partner may succeed through another
+    read later). `held_only`: reduce from inputs whose rows are on the driver only (no Spark job
+    to collect their values)."""
+    from .join import join_order
+
+    def partners(index: int):
+        for condition in conjuncts(node.condition):
+            if not (isinstance(condition, exp.EQ) and isinstance(condition.left, exp.Column)
+                    and isinstance(condition.right, exp.Column)):
+                continue
+            ends = {condition.left.name, condition.right.name}
+            mine = ends & set(node.parts[index].columns)
+            if len(mine) != 1:
+                continue
+            (y,) = mine
+            for p in sorted(reduced):
+                for x in ends - mine:
+                    if x in node.parts[p].columns and (not held_only or ctx.rows_on_driver(frames[p]) is not None):
+                        yield p, x, y
+
+    order = [index for index, _ in join_order(node, start) if index >= 0 and index not in frames]
+    tried: set[tuple] = set()
+    progress = True
+    while progress:
+        progress = False
+        for index in [i for i in order if i not in frames]:
+            for p, x, y in partners(index):
+                if (index, p, x, y) in tried:
+                    continue
+                tried.add((index, p, x, y))
+                frame = restricted_snapshot(ctx, node.parts[index], sides[index], y,
+                                            lambda p=p, x=x: _matching(ctx, frames[p], x, False))
+                if frame is not None and _comparable(frames[p].schema[x].dataType, frame.schema[y].dataType):
+                    frames[index] = frame
+                    reduced.add(index)
+                    progress = True
+                    break
+    for index in order:
+        if index not in frames:
+            frames[index] = ctx.snapshot(node.parts[index], sides[index])  # whole: no reduction to pass on
 
 
 def _restricted_semijoin(ctx, node: SemiJoin, side: str, column: str, keys) -> DataFrame | None:
@@ -269,11 +296,10 @@ def restrict_partners(node, ctx, start: int, change: DataFrame, sides: dict[int,
         read = restricted_snapshot(ctx, node.parts[j], sides[j], b, (values, False))
         if read is not None and _comparable(types[a], read.schema[b].dataType):
             frames[j] = read  # only the rows of some keys; the join matches the rest exactly
-    filtered = set()
-    for j, side in sides.items():
-        if j not in frames:
-            frames[j] = ctx.snapshot(node.parts[j], side)
-            filtered.add(j)
+    read = set(frames)
+    _reduce(ctx, node, start, frames, {j for j in frames if ctx.rows_on_driver(frames[j]) is not None}, sides,
+            held_only=True)  # further inputs read for the values of the inputs read so far
+    filtered = set(frames) - read - {j for j in frames if ctx.rows_on_driver(frames[j]) is not None}
     for a, j, b in pairs:
         if j in filtered and ctx.rows_on_driver(frames[j]) is None:  # a local relation skips no files
             target = {f.name: f.dataType for f in frames[j].schema.fields}

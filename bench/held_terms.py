@@ -1,0 +1,40 @@
+"""Why join terms and aggregates of TPC-H queries are still computed by Spark: one change epoch at
+a small scale with the engine's debug log on, printing each join term that is not joined on the
+driver and the inputs it did not hold exactly (rules/join.py logs them).
+
+    .venv/bin/python -m bench.held_terms 0.05 5 9 21
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+
+def main(argv=None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    scale, queries = float(argv[0]), [f"tpch_q{int(q):02d}" for q in argv[1:]]
+    from bench.__main__ import LOADED_AT, _engine, _session, _warehouse
+    from ops.changes import ChangeGenerator
+
+    spark = _session("4g")
+    root = _warehouse(spark, Path("/tmp/epochal-bench"), scale, f"held-{scale:g}")
+    engine = _engine(spark, root, queries)
+    engine.refresh(until=LOADED_AT + timedelta(minutes=15))
+    ChangeGenerator(spark, root, seed=11, fraction=0.001).apply_batch(1, LOADED_AT + timedelta(minutes=30))
+    handler = logging.StreamHandler(sys.stdout)
+    handler.addFilter(lambda record: "by Spark" in record.getMessage() or "on the driver" in record.getMessage())
+    logger = logging.getLogger("epochal")
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    for query in queries:  # one at a time, so each table's lines come together
+        print(f"-- {query}", flush=True)
+        report, = engine.refresh([query], until=LOADED_AT + timedelta(hours=1), upstream=False)
+        print(f"== {report.table}: {report.technique} {report.seconds:.2f} s, "
+              f"{report.detail.get('cost', {}).get('spark_jobs')} jobs")
+
+
+if __name__ == "__main__":
+    main()
