@@ -101,3 +101,31 @@ def output_schema(node: Join, schemas: dict[int, StructType], start: int) -> Str
     fields = {f.name: f for schema in schemas.values() for f in schema.fields}
     weight = [StructField(WEIGHT, fields[WEIGHT].dataType, fields[WEIGHT].nullable)] if WEIGHT in schemas[start].names else []
     return StructType([fields[c] for c in node.columns] + weight)
+
+
+def semi_join_rows(left: pa.Table, right: pa.Table, left_schema: StructType, right_schema: StructType,
+                   pairs, residual, anti: bool) -> pa.Table | None:
+    """LEFT SEMI (or ANTI) JOIN of `left` with `right` on `pairs` (left column = right column) and
+    the `residual` predicate, in Arrow: each left row kept once (or dropped) by whether any right
+    row matches it, as Spark's; None where Arrow may not decide it as Spark does. Both tables have
+    their schema's Arrow types (spark_typed)."""
+    left_types = {f.name: f.dataType for f in left_schema.fields}
+    right_types = {f.name: f.dataType for f in right_schema.fields}
+    if not pairs or set(left.column_names) & set(right.column_names) or any(
+            left_types[a] != right_types[b] or not key_type(left_types[a]) for a, b in pairs):
+        return None
+    row = "__row"
+    indexed = left.append_column(row, pa.array(range(left.num_rows), pa.int64()))
+    try:
+        joined = indexed.join(right, keys=[a for a, _ in pairs], right_keys=[b for _, b in pairs],
+                              join_type="inner", coalesce_keys=False, use_threads=True)
+        if residual is not None:
+            joined = driver_filter(joined, residual)
+            if joined is None:
+                return None
+        import pyarrow.compute as pc
+
+        matched = pc.is_in(indexed.column(row), value_set=pc.unique(joined.column(row)))
+        return left.filter(pc.invert(matched) if anti else matched)
+    except (pa.ArrowException, TypeError, ValueError):
+        return None

@@ -1,7 +1,8 @@
 """A join term computed on the driver (epochal/driver_joins.py) must hold exactly the rows Spark's
 join of the same frames holds wherever it answers at all: random inputs with duplicates and NULL
 keys over integer, string, decimal and date columns, random equi-join conditions with extra
-conjuncts, held against Spark's join of the same rows (rules/join.join_frames)."""
+conjuncts, held against Spark's join of the same rows (rules/join.join_frames); semi- and
+anti-joins with residual predicates against Spark's left_semi and left_anti."""
 
 from __future__ import annotations
 
@@ -81,3 +82,28 @@ def test_a_join_term_on_the_driver_holds_what_sparks_join_holds(spark, condition
     assert rows.column_names == expected.column_names
     assert _bag(rows) == _bag(expected), condition
     assert output_schema(node, schemas, start).names == expected.column_names
+
+
+SEMI_CONDITIONS = st.sampled_from([
+    ([("a_k", "b_k")], None),
+    ([("a_k", "b_k"), ("a_s", "b_s")], None),
+    ([("a_k", "b_k")], "a_s <> b_s"),
+    ([("a_d", "b_x")], "b_day >= CAST('1996-01-01' AS DATE) OR a_s IS NULL"),
+    ([("a_k", "b_k")], "a_d < b_x"),
+])
+
+
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(condition=SEMI_CONDITIONS, anti=st.booleans(), a=_rows(0), b=_rows(1))
+def test_a_semi_or_anti_join_on_the_driver_keeps_what_sparks_keeps(spark, condition, anti, a, b):
+    from epochal.driver_joins import semi_join_rows
+
+    pairs, residual = condition
+    left, right = spark.createDataFrame(a, SCHEMAS[0]), spark.createDataFrame(b, SCHEMAS[1])
+    on = " AND ".join([f"{x} = {y}" for x, y in pairs] + ([f"({residual})"] if residual else []))
+    expected = left.join(right, on=F.expr(on), how="left_anti" if anti else "left_semi").toArrow()
+    rows = semi_join_rows(spark_typed(left.toArrow(), left.schema), spark_typed(right.toArrow(), right.schema),
+                          left.schema, right.schema, pairs,
+                          sqlglot.parse_one(residual, read="spark") if residual else None, anti)
+    assert rows is not None, on
+    assert _bag(rows) == _bag(expected), on

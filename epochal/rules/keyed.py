@@ -76,3 +76,56 @@ def full_recompute(ctx, inputs: list[Node], evaluate) -> DataFrame:
     old = evaluate([ctx.snapshot(node, OLD) for node in inputs], OLD)
     new = evaluate([ctx.snapshot(node, NEW) for node in inputs], NEW)
     return consolidate(weighted(new, 1).unionByName(weighted(old, -1)))
+
+
+def keyed_on_driver(ctx, sides: Sides, evaluate_rows) -> DataFrame | None:
+    """keyed_recompute on the driver, where every input's change is held there exactly and so are
+    its rows of the affected keys (restrict.restricted_snapshot, or a small input whole):
+    `evaluate_rows([(rows, schema), ...])` computes the operator over Spark-typed Arrow rows as
+    (rows, schema), or None. Keys match NULL-safely, as restrict_to's do. None where any part is
+    Spark's."""
+    import pyarrow as pa
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    from ..driver_joins import key_type, spark_typed
+    from .restrict import restricted_snapshot
+
+    if ctx.reads is None:
+        return None
+    affected: set[tuple] = set()
+    for node, columns in sides:
+        change = ctx.delta(node)
+        if change is None:
+            continue
+        types = {f.name: f.dataType for f in change.schema.fields}
+        if not columns or not ctx.held_exactly(change) or not all(key_type(types[c]) for c in columns):
+            return None
+        rows = ctx.exact_rows(change)
+        affected |= set(zip(*[rows.column(c).to_pylist() for c in columns]))
+    first = {key[0] for key in affected}
+    try:
+        values = (tuple(sorted(v for v in first if v is not None)), None in first)
+    except TypeError:
+        return None
+    out, schema = [], None
+    for side, weight in ((NEW, 1), (OLD, -1)):
+        frames = []
+        for node, columns in sides:
+            frame = restricted_snapshot(ctx, node, side, columns[0], values)
+            if frame is None:
+                frame = ctx.snapshot(node, side)  # a small input is held whole
+            if not ctx.held_exactly(frame):
+                return None
+            rows = spark_typed(ctx.exact_rows(frame), frame.schema)
+            if rows is None:
+                return None
+            keys = zip(*[rows.column(c).to_pylist() for c in columns])
+            frames.append((rows.filter(pa.array([key in affected for key in keys], pa.bool_())), frame.schema))
+        result = evaluate_rows(frames)
+        if result is None:
+            return None
+        rows, schema = result
+        out.append(rows.append_column(WEIGHT, pa.array([weight] * rows.num_rows, pa.int64())))
+    schema = StructType(list(schema.fields) + [StructField(WEIGHT, LongType())])
+    rows = pa.concat_tables([out[0], out[1].cast(out[0].schema)]).combine_chunks()
+    return ctx.on_driver(ctx.reads.local(ctx.spark, rows, schema), rows, exact=True)

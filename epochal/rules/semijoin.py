@@ -7,12 +7,14 @@ operator in full, since it affects every row."""
 from __future__ import annotations
 
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from ..changes import quoted
 from ..context import NEW, OLD
+from ..driver_joins import semi_join_rows
 from ..graph import SemiJoin
 from .base import Rule, expr
-from .keyed import full_recompute, keyed_recompute
+from .keyed import full_recompute, keyed_on_driver, keyed_recompute
 from .outer_join import condition
 
 
@@ -61,7 +63,19 @@ class SemiJoinRule(Rule):
         if node.null_aware and ctx.changed(node.right) and self._flags(node, ctx, OLD) != self._flags(node, ctx, NEW):
             return full_recompute(ctx, [node.left, node.right], evaluate)
         sides = [(node.left, [a for a, _ in node.pairs]), (node.right, [b for _, b in node.pairs])]
+        if not node.null_aware and node.pairs:
+            on_driver = keyed_on_driver(ctx, sides, lambda frames: self._rows(node, frames))
+            if on_driver is not None:
+                return on_driver
         return keyed_recompute(ctx, sides, evaluate)
+
+    def _rows(self, node: SemiJoin, frames):
+        """The operator over Arrow rows (driver_joins.semi_join_rows), as (rows, schema)."""
+        (left, left_schema), (right, right_schema) = frames
+        rows = semi_join_rows(left, right, left_schema, right_schema, node.pairs, node.residual, node.anti)
+        if rows is None:
+            return None
+        return rows.select(list(node.columns)), StructType([left_schema[c] for c in node.columns])
 
     def snapshot(self, node: SemiJoin, ctx, side):
         return self._evaluate(node, ctx)([ctx.snapshot(node.left, side), ctx.snapshot(node.right, side)], side)
