@@ -33,6 +33,21 @@ def key_type(data_type: DataType) -> bool:
     return isinstance(data_type, KEY_TYPES)
 
 
+def key_tuples(rows: pa.Table, columns: list[str]) -> list[tuple]:
+    """Each row's values of `columns` as a tuple (None equals None: a NULL-safe match)."""
+    return list(zip(*[rows.column(c).to_pylist() for c in columns]))
+
+
+def first_values(keys) -> tuple[tuple, bool] | None:
+    """The sorted distinct non-NULL first values of key tuples, and whether one is NULL (the
+    keys a driver read takes); None where the values do not sort."""
+    first = {key[0] for key in keys}
+    try:
+        return tuple(sorted(v for v in first if v is not None)), None in first
+    except TypeError:
+        return None
+
+
 def spark_typed(rows: pa.Table, schema: StructType) -> pa.Table | None:
     """`rows` with `schema`'s columns, in its order and with the Arrow types Spark gives them
     (delta-rs reads string views and its own time zones); None where a column is missing."""

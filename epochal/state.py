@@ -92,6 +92,7 @@ class StateStore:
         (column -> value) unless deleted; None where the rows are Spark's to read (too many, or a
         table delta-rs cannot read as Spark does)."""
         from .driver_aggregates import latest_rows
+        from .driver_joins import first_values
 
         version = self.versions.get(name)
         if version is None:
@@ -103,12 +104,10 @@ class StateStore:
             raise StateMissing(f"state table {path} is missing")
         data = self.reads.snapshot_rows(path, version)
         if data is None and keys:
-            first = {key[0] for key in wanted}
-            try:
-                values = tuple(sorted(v for v in first if v is not None))
-            except TypeError:
+            found = first_values(wanted)
+            if found is None:
                 return None
-            data = self.reads.restricted_rows(path, version, keys[0], values, None in first)
+            data = self.reads.restricted_rows(path, version, keys[0], *found)
         if data is None:
             return None
         return latest_rows(data, keys, wanted, SEQ, DELETE_FLAG)

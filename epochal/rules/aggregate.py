@@ -27,7 +27,7 @@ from ..graph import WEIGHT, Aggregate, AggCall, sql
 from ..state import DELETE_FLAG
 from ..context import NEW, OLD
 from ..driver_aggregates import state_types, sum_type, touched_rows
-from ..driver_joins import key_type, spark_typed
+from ..driver_joins import first_values, key_tuples, key_type, spark_typed
 from .base import Rule
 from .restrict import restricted_snapshot
 
@@ -258,7 +258,7 @@ class AggregateRule(Rule):
         rows = spark_typed(rows, schema)
         if rows is None:
             return None
-        wanted = list({key for key in zip(*[rows.column(k).to_pylist() for k in node.keys])}) if node.keys else [()]
+        wanted = list(set(key_tuples(rows, list(node.keys)))) if node.keys else [()]
         old = ctx.state.latest_on_driver(ctx.state_name(node), list(node.keys), wanted)
         if old is None:
             return None
@@ -274,10 +274,8 @@ class AggregateRule(Rule):
         keys = list(node.keys)
         frame = None
         if keys:
-            values = {key[0] for key in groups}
-            try:
-                wanted = (tuple(sorted(v for v in values if v is not None)), None in values)
-            except TypeError:
+            wanted = first_values(groups)
+            if wanted is None:
                 return None
             frame = restricted_snapshot(ctx, node.input, NEW, keys[0], wanted)
         if frame is None:

@@ -87,7 +87,7 @@ def keyed_on_driver(ctx, sides: Sides, evaluate_rows) -> DataFrame | None:
     import pyarrow as pa
     from pyspark.sql.types import LongType, StructField, StructType
 
-    from ..driver_joins import key_type, spark_typed
+    from ..driver_joins import first_values, key_tuples, key_type, spark_typed
     from .restrict import restricted_snapshot
 
     if ctx.reads is None:
@@ -101,11 +101,9 @@ def keyed_on_driver(ctx, sides: Sides, evaluate_rows) -> DataFrame | None:
         if not columns or not ctx.held_exactly(change) or not all(key_type(types[c]) for c in columns):
             return None
         rows = ctx.exact_rows(change)
-        affected |= set(zip(*[rows.column(c).to_pylist() for c in columns]))
-    first = {key[0] for key in affected}
-    try:
-        values = (tuple(sorted(v for v in first if v is not None)), None in first)
-    except TypeError:
+        affected |= set(key_tuples(rows, columns))
+    values = first_values(affected)
+    if values is None:
         return None
     out, schema = [], None
     for side, weight in ((NEW, 1), (OLD, -1)):
@@ -119,7 +117,7 @@ def keyed_on_driver(ctx, sides: Sides, evaluate_rows) -> DataFrame | None:
             rows = spark_typed(ctx.exact_rows(frame), frame.schema)
             if rows is None:
                 return None
-            keys = zip(*[rows.column(c).to_pylist() for c in columns])
+            keys = key_tuples(rows, columns)
             frames.append((rows.filter(pa.array([key in affected for key in keys], pa.bool_())), frame.schema))
         result = evaluate_rows(frames)
         if result is None:

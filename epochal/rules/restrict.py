@@ -23,12 +23,13 @@ from functools import reduce
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import BooleanType, DataType, DateType, DecimalType, IntegralType, StringType
+from pyspark.sql.types import DataType, IntegralType
 from sqlglot import exp
 
 from ..changes import quoted
 from ..context import NEW
 from ..driver_filters import driver_filter
+from ..driver_joins import KEY_TYPES
 from ..graph import Filter, Join, Node, Project, Scan, SemiJoin, conjuncts
 from .base import expr, held_through
 
@@ -111,7 +112,7 @@ def _condition(column: str, keys: list | tuple):
 
 # key types whose equality pyarrow's is_in decides as Spark's `=` does (not floating point: -0.0
 # and NaN; not timestamps: time zones between Python, Arrow and Spark)
-DRIVER_KEY_TYPES = (IntegralType, StringType, DateType, BooleanType, DecimalType)
+DRIVER_KEY_TYPES = KEY_TYPES
 
 
 def restricted_snapshot(ctx, node: Node, side: str, column: str, keys) -> DataFrame | None:
