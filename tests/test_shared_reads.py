@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from datetime import date
+from datetime import date, timedelta
 from decimal import Decimal
 
 import pyarrow as pa
@@ -113,6 +113,53 @@ def test_a_restricted_read_beyond_the_driver_rows_is_left_to_spark(spark, change
     schema = spark.read.format("delta").load(path).schema
     assert SharedReads(None, driver_rows=5).restricted(spark, path, 0, schema, "k", (1, 2)) is None
     assert SharedReads(None, driver_rows=5).restricted(spark, path, 0, schema, "g", (1, 2)) is None  # int keys, string column
+
+
+@pytest.fixture(scope="module")
+def clustered_table(spark, warehouse) -> str:
+    """Files of disjoint key ranges, as a range-partitioned load leaves them (NULL keys in the
+    first), then an update rewriting one file and an append of new keys: versions 0 to 2."""
+    path = f"{warehouse}/{uuid.uuid4().hex[:8]}"
+    rows = [(k if k % 11 else None, f"g{k % 3}", Decimal(k) / 4, date(2020, 1, 1) + timedelta(days=k)) for k in range(80)]
+    (spark.createDataFrame(rows, SCHEMA).repartitionByRange(4, "k").write.format("delta")
+     .option("delta.enableChangeDataFeed", "true").save(path))
+    spark.sql(f"UPDATE delta.`{path}` SET g = 'moved' WHERE k = 45")
+    spark.createDataFrame([(200, "new", None, date(2021, 1, 1)), (201, "new", None, None)], SCHEMA) \
+        .write.format("delta").mode("append").save(path)
+    return path
+
+
+@settings(SLOW, max_examples=10 * EXAMPLES)
+@given(keys=st.lists(st.integers(0, 210), max_size=5, unique=True), nulls=st.booleans(),
+       version=st.integers(0, 2), column=st.sampled_from(["k", "day"]))
+def test_a_restricted_read_of_clustered_files_reads_only_theirs_and_every_row(spark, clustered_table, keys, nulls,
+                                                                           version, column):
+    """Files whose statistics admit none of the keys are skipped (_files_holding); the rows read
+    are still exactly the keys' rows, NULLs included when asked."""
+    path = clustered_table
+    schema = spark.read.format("delta").load(path).schema
+    values = tuple(sorted(keys)) if column == "k" else tuple(sorted(date(2020, 1, 1) + timedelta(days=k) for k in keys))
+    restricted = SharedReads(None, driver_rows=1_000).restricted(spark, path, version, schema, column, values, nulls)
+    assert restricted is not None
+    wanted = F.col(column).isin(list(values)) | (F.col(column).isNull() if nulls else F.lit(False))
+    spark_rows = spark.read.format("delta").option("versionAsOf", version).load(path).filter(wanted)
+    assert as_multiset(restricted.select(*spark_rows.columns)) == as_multiset(spark_rows)
+
+
+def test_files_whose_statistics_miss_every_key_are_not_read(clustered_table):
+    from deltalake import DeltaTable
+
+    from epochal.shared_reads import _files_holding
+
+    table = DeltaTable(clustered_table, version=0)
+    dataset = table.to_pyarrow_dataset()
+    every = len(list(dataset.get_fragments()))
+    one_key = _files_holding(table, dataset, "k", pa.array([75], pa.int32()), False)
+    assert len(list(one_key.get_fragments())) == 1 < every
+    days = pa.array([date(2020, 1, 1) + timedelta(days=75)], pa.date32())
+    assert len(list(_files_holding(table, dataset, "day", days, False).get_fragments())) == 2  # NULL keys' file too
+    assert len(list(_files_holding(table, dataset, "k", pa.array([75], pa.int32()), True).get_fragments())) == 2
+    assert _files_holding(table, dataset, "g", pa.array(["g1"]), False) is dataset  # strings: truncated statistics
 
 
 RESTRICTED = {name: DEFINITIONS[name] for name in ("joined", "joined_agg", "diamond", "left_path", "right_path")} | {
