@@ -9,8 +9,9 @@ step. Here it costs pyarrow's hash join, and Spark receives the result as a loca
 Arrow decides only what it decides as Spark does: each join is on equalities of columns of the
 same Spark type (integers, strings, dates, decimals, booleans; pyarrow's hash join, like Spark's
 `=`, never matches NULL keys), and every other conjunct is a predicate driver_filters.py decides.
-A NULL-safe equality, a cross join, floating point or timestamp keys, or a conjunct Arrow cannot
-decide leave the term to Spark (None).
+A join on no equality (a scalar subquery's one row) is the cross product, up to CROSS_ROWS. A
+NULL-safe equality, floating point or timestamp keys, or a conjunct Arrow cannot decide leave the
+term to Spark (None).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from .driver_filters import driver_filter
 from .graph import WEIGHT, Join, conjoin
 
 KEY_TYPES = (IntegralType, StringType, DateType, BooleanType, DecimalType)
+CROSS_ROWS = 1_000_000  # rows of a cross join (each row with a scalar subquery's) made in Arrow
 
 
 def key_type(data_type: DataType) -> bool:
@@ -95,11 +97,16 @@ def join_rows(node: Join, rows: dict[int, pa.Table], schemas: dict[int, StructTy
             else:
                 part = {f.name: f.dataType for f in schemas[index].fields}
                 split = _split(applicable, have, part)
-                if split is None or not split[0]:
+                if split is None:
                     return None
                 keys, rest = split
-                joined = joined.join(rows[index], keys=[a for a, _ in keys], right_keys=[b for _, b in keys],
-                                     join_type="inner", coalesce_keys=False, use_threads=True)
+                if keys:
+                    joined = joined.join(rows[index], keys=[a for a, _ in keys], right_keys=[b for _, b in keys],
+                                         join_type="inner", coalesce_keys=False, use_threads=True)
+                else:
+                    joined = _cross(joined, rows[index])
+                    if joined is None:
+                        return None
                 have.update(part)
                 if rest:
                     joined = driver_filter(joined, conjoin(rest))
@@ -109,6 +116,18 @@ def join_rows(node: Join, rows: dict[int, pa.Table], schemas: dict[int, StructTy
         return None
     weight = [WEIGHT] if WEIGHT in rows[start].column_names else []
     return joined.select(list(node.columns) + weight).combine_chunks()
+
+
+def _cross(left: pa.Table, right: pa.Table) -> pa.Table | None:
+    """Every pair of rows (a join on no equality: typically with a scalar subquery's one row), or
+    None beyond CROSS_ROWS."""
+    import numpy as np
+
+    if left.num_rows * right.num_rows > CROSS_ROWS:
+        return None
+    outer = left.take(pa.array(np.repeat(np.arange(left.num_rows), right.num_rows)))
+    inner = right.take(pa.array(np.tile(np.arange(right.num_rows), left.num_rows)))
+    return pa.Table.from_arrays([*outer.columns, *inner.columns], names=[*outer.column_names, *inner.column_names])
 
 
 def output_schema(node: Join, schemas: dict[int, StructType], start: int) -> StructType:

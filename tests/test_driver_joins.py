@@ -51,6 +51,8 @@ CONDITIONS = st.sampled_from([
     "a_k = b_k AND c_s = a_s AND b_day >= CAST('1996-01-01' AS DATE)",
     "a_k = b_k AND c_k = b_k AND c_f > 0",  # a float conjunct: Spark's to decide
     "a_k <=> b_k AND b_k = c_k",  # NULL-safe: Spark's
+    "a_k = b_k AND a_d < b_x",  # c joined on nothing: the cross product
+    "a_d > b_x AND c_k = a_k",  # a joined to b on a comparison only
 ])
 
 
@@ -65,7 +67,7 @@ def _bag(table) -> Counter:
     return Counter(zip(*[table.column(c).to_pylist() for c in table.column_names]))
 
 
-@settings(max_examples=30, deadline=None, derandomize=True)
+@settings(max_examples=40, deadline=None, derandomize=True)
 @given(condition=CONDITIONS, start=st.sampled_from([0, 1, 2]), a=_rows(0), b=_rows(1), c=_rows(2))
 def test_a_join_term_on_the_driver_holds_what_sparks_join_holds(spark, condition, start, a, b, c):
     node = _join(condition)
