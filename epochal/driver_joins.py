@@ -163,3 +163,46 @@ def semi_join_rows(left: pa.Table, right: pa.Table, left_schema: StructType, rig
         return left.filter(pc.invert(matched) if anti else matched)
     except (pa.ArrowException, TypeError, ValueError):
         return None
+
+
+def outer_join_rows(left: pa.Table, right: pa.Table, left_schema: StructType, right_schema: StructType,
+                    pairs, residual, side: str) -> pa.Table | None:
+    """LEFT, RIGHT or FULL OUTER JOIN (`side`) of `left` with `right` on `pairs` (left column =
+    right column) and the `residual` predicate, both part of ON, in Arrow as Spark's: the matching
+    pairs, then once each row of a preserved side that no row matched (a NULL key matches nothing;
+    matches the residual rejects are none), NULL-padded; the left's columns then the right's. None
+    where Arrow may not decide it as Spark does. Both tables have their schema's Arrow types
+    (spark_typed)."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    left_types = {f.name: f.dataType for f in left_schema.fields}
+    right_types = {f.name: f.dataType for f in right_schema.fields}
+    rows, names = ("__left_row", "__right_row"), left.column_names + right.column_names
+    if side not in ("left", "right", "full") or not pairs or len(set(names)) != len(names) \
+            or set(rows) & set(names) \
+            or any(left_types[a] != right_types[b] or not key_type(left_types[a]) for a, b in pairs):
+        return None
+    keep = (side in ("left", "full"), side in ("right", "full"))
+    schema = pa.schema([f.with_nullable(f.nullable or keep[1]) for f in left.schema]
+                       + [f.with_nullable(f.nullable or keep[0]) for f in right.schema])
+    indexed = [table.append_column(row, pa.array(np.arange(table.num_rows), pa.int64()))
+               for table, row in zip((left, right), rows)]
+    try:
+        joined = indexed[0].join(indexed[1], keys=[a for a, _ in pairs], right_keys=[b for _, b in pairs],
+                                 join_type="inner", coalesce_keys=False, use_threads=True)
+        if residual is not None:
+            joined = driver_filter(joined, residual)
+            if joined is None:
+                return None
+        parts = [joined.select(names).cast(schema)]
+        for kept, table, row in zip(keep, indexed, rows):
+            if kept:
+                matched = pc.is_in(table.column(row), value_set=pc.unique(joined.column(row)))
+                unmatched = table.filter(pc.invert(matched))
+                parts.append(pa.Table.from_arrays(
+                    [unmatched.column(f.name) if f.name in unmatched.column_names
+                     else pa.nulls(unmatched.num_rows, f.type) for f in schema], schema=schema))
+        return pa.concat_tables(parts).combine_chunks()
+    except (pa.ArrowException, TypeError, ValueError):
+        return None

@@ -109,3 +109,32 @@ def test_a_semi_or_anti_join_on_the_driver_keeps_what_sparks_keeps(spark, condit
                           sqlglot.parse_one(residual, read="spark") if residual else None, anti)
     assert rows is not None, on
     assert _bag(rows) == _bag(expected), on
+
+
+OUTER_CONDITIONS = st.sampled_from([
+    ([("a_k", "b_k")], None),
+    ([("a_k", "b_k"), ("a_s", "b_s")], None),
+    ([("a_k", "b_k")], "a_s <> b_s"),
+    ([("a_d", "b_x")], "b_day >= CAST('1996-01-01' AS DATE) OR a_s IS NULL"),
+    ([("a_k", "b_k")], "a_d < b_x AND b_s LIKE 'a%'"),
+    ([("a_s", "b_s")], "a_k IS NULL OR b_k > 1"),
+])
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(condition=OUTER_CONDITIONS, side=st.sampled_from(["left", "right", "full"]), a=_rows(0), b=_rows(1))
+def test_an_outer_join_on_the_driver_holds_what_sparks_holds(spark, condition, side, a, b):
+    """NULL keys match nothing, a residual is part of ON (a row whose matches it rejects is kept,
+    padded), duplicates multiply."""
+    from epochal.driver_joins import outer_join_rows
+
+    pairs, residual = condition
+    left, right = spark.createDataFrame(a, SCHEMAS[0]), spark.createDataFrame(b, SCHEMAS[1])
+    on = " AND ".join([f"{x} = {y}" for x, y in pairs] + ([f"({residual})"] if residual else []))
+    expected = left.join(right, on=F.expr(on), how=side).toArrow()
+    rows = outer_join_rows(spark_typed(left.toArrow(), left.schema), spark_typed(right.toArrow(), right.schema),
+                           left.schema, right.schema, pairs,
+                           sqlglot.parse_one(residual, read="spark") if residual else None, side)
+    assert rows is not None, on
+    assert rows.column_names == expected.column_names == left.columns + right.columns
+    assert _bag(rows) == _bag(expected), (side, on)
