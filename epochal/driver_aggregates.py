@@ -266,3 +266,21 @@ def latest_rows(data: pa.Table, keys: list[str], wanted: list[tuple], seq: str, 
             best[key] = row
     flag = names[delete_flag.lower()]
     return {key: row for key, row in best.items() if not row[flag]}
+
+
+def latest_table(data: pa.Table, keys: list[str], seq: str, delete_flag: str) -> pa.Table:
+    """state.latest on the driver over every key in `data`: per key the row of the highest `seq`
+    unless it is a deletion, without the `seq` and `delete_flag` columns. Keys match NULL-safely."""
+    from .driver_joins import key_tuples
+
+    names = {c.lower(): c for c in data.column_names}
+    ordered = data.sort_by([(names[seq.lower()], "descending")])
+    seen, first = set(), []
+    for index, key in enumerate(key_tuples(ordered, [names[k.lower()] for k in keys]) if keys else
+                                [()] * ordered.num_rows):
+        if key not in seen:
+            seen.add(key)
+            first.append(index)
+    latest = ordered.take(pa.array(first, pa.int64()))
+    latest = latest.filter(pc.invert(pc.fill_null(latest.column(names[delete_flag.lower()]), False)))
+    return latest.drop_columns([names[seq.lower()], names[delete_flag.lower()]])

@@ -269,6 +269,9 @@ class SharedReads:
         the same for any number of keys (random keys touch every file), so a read for keys not yet
         held reads the union of every key set asked for, and the steps asking next for a subset
         (other tables, other terms) filter the held rows instead of scanning again."""
+        whole = self.snapshot_rows(path, version)
+        if whole is not None:  # a small version is held whole: its rows of these keys
+            return self._of_keys(whole, field, keys, nulls)
         slot = ("restricted", path, version, field)
         with self._guard:
             lock = self._locks.setdefault(slot, threading.Lock())
@@ -289,10 +292,19 @@ class SharedReads:
             data = held[2]
         if held[0] == wanted and held[1] == nulls:
             return data
-        column = data.column(next(c for c in data.column_names if c.lower() == field.lower()))
+        found = self._of_keys(data, field, keys, nulls)
+        return found if found is not None else self._timed_read(path, version, field, keys, nulls)
+
+    def _of_keys(self, data: pa.Table, field: str, keys: tuple, nulls: bool) -> pa.Table | None:
+        """The rows of `data` whose `field` is one of `keys` (or NULL, with `nulls`); None where
+        is_in would not decide as Spark's equality does."""
+        names = [c for c in data.column_names if c.lower() == field.lower()]
+        if not names:
+            return None
+        column = data.column(names[0])
         values = self._key_array(keys, column.type)
         if values is None:
-            return self._timed_read(path, version, field, keys, nulls)
+            return None
         mask = pc.is_in(column, value_set=values)
         if nulls:
             mask = pc.or_(mask, pc.is_null(column))

@@ -112,6 +112,26 @@ class StateStore:
             return None
         return latest_rows(data, keys, wanted, SEQ, DELETE_FLAG)
 
+    def latest_table_on_driver(self, name: str, keys: list[str], column: str | None = None,
+                               wanted: tuple[tuple, bool] | None = None):
+        """`read` on the driver as Arrow (delta-rs's types): every key's latest row when the state
+        is small, else with `column` (a key) the keys whose `column` is one of `wanted` (values,
+        NULLs too); None where the rows are Spark's to read."""
+        from .driver_aggregates import latest_table
+
+        version = self.versions.get(name)
+        if version is None:
+            raise StateMissing(f"state table {name} has no version recorded in the ledger")
+        if self.reads is None:
+            return None
+        path = self.path(name)
+        if DeltaLog.open(path, self.storage_options) is None:
+            raise StateMissing(f"state table {path} is missing")
+        data = self.reads.snapshot_rows(path, version)
+        if data is None and column is not None and wanted is not None:
+            data = self.reads.restricted_rows(path, version, column, *wanted)
+        return latest_table(data, keys, SEQ, DELETE_FLAG) if data is not None else None
+
     def merge(self, name: str, frame: DataFrame, keys: tuple[str, ...], checks=(), held=None) -> None:
         """Queue `frame`'s rows as the new state of their keys. `held`: the same rows as Arrow,
         with one boolean `__bad<i>` column per check, where the rule computed them on the driver

@@ -25,6 +25,9 @@ JOINS_AND_SUBQUERIES = {
     "not_in_nulls": "SELECT k, v FROM a WHERE k NOT IN (SELECT k FROM b)",
     "not_in_clean": "SELECT g, v FROM a WHERE v NOT IN (SELECT k FROM b WHERE k IS NOT NULL)",
     "above_average": "SELECT k, g, v FROM a WHERE v > (SELECT avg(v) FROM a)",
+    # TPC-H Q22's shape: a scalar subquery's row joined under an anti-join, read at both sides
+    "above_average_alone": "SELECT g, count(*) AS n, sum(v) AS s FROM a WHERE v > (SELECT avg(v) FROM a WHERE v > 0) "
+                           "AND NOT EXISTS (SELECT 1 FROM b WHERE b.k = a.k) GROUP BY g",
     "above_group_average": "SELECT a1.k, a1.g, a1.v FROM a a1 WHERE a1.v >= "
                            "(SELECT avg(a2.v) FROM a a2 WHERE a2.g = a1.g)",
 }

@@ -20,7 +20,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import DataType, DecimalType, DoubleType, FloatType, IntegralType, LongType
+from pyspark.sql.types import (DataType, DecimalType, DoubleType, FloatType, IntegralType, LongType, StructField,
+                               StructType)
 
 from ..changes import consolidate, null_safe_on, quoted, restrict
 from ..graph import WEIGHT, Aggregate, AggCall, sql
@@ -391,8 +392,54 @@ class AggregateRule(Rule):
             return ctx.on_driver(change, change.toArrow, exact=True)
         return consolidate(old_rows.unionByName(new_rows))
 
+    def held_snapshot(self, node: Aggregate, ctx, side: str, column: str | None = None, keys=None) -> DataFrame | None:
+        """`snapshot` built on the driver, so the join terms and affected-key recomputes reading
+        it as a partner (a scalar subquery, an aggregated view) may compute there: the state's
+        latest rows read by delta-rs (every group when the state is small, else the groups whose
+        `column`, a group key, is one of `keys`: (values, NULLs) or a function giving them), at
+        the epoch's end with the touched groups' new state over them, finalized by Spark over a
+        local relation and noted as Spark's rows (collected only if asked for). None where it
+        is Spark's to read."""
+        groups = list(node.keys)
+        if ctx.rescan or ctx.reads is None or any(a.func == "other" for a in node.aggs) or \
+                (column is not None and column not in groups):
+            return None
+        fresh = None
+        if ctx.changed(node):
+            touched = self._touched(node, ctx)  # the state advances whichever side is read
+            if side == NEW:
+                fresh = ctx.computed_rows(touched)
+                if fresh is None:
+                    return None
+        wanted = (keys() if callable(keys) else keys) if column is not None else None
+        if column is not None and wanted is None:
+            return None
+        state = ctx.state.latest_table_on_driver(ctx.state_name(node), groups, column, wanted)
+        if state is None:
+            return None
+        columns = [COUNT] + [s for a in node.aggs for s in _state_columns(a)]
+        schema = StructType([StructField(k, self._input_type(node, ctx, k)) for k in groups] +
+                            [StructField(s, LongType() if s == COUNT else self._state_type(node, ctx, agg, s))
+                             for agg, s in [(None, COUNT)] + [(a, s) for a in node.aggs for s in _state_columns(a)]])
+        state = spark_typed(state, schema)
+        if state is None:
+            return None
+        if fresh is not None:
+            changed = set(key_tuples(fresh, groups))
+            state = state.filter(pa.array([key not in changed for key in key_tuples(state, groups)], pa.bool_())) \
+                if groups else state.slice(0, 0)  # a global aggregate's one row is always touched
+            exists = pc.greater(fresh.column("n__" + COUNT), 0) if groups else pa.array([True] * fresh.num_rows)
+            new = fresh.filter(exists).select([*groups, *["n__" + s for s in columns]]).rename_columns(schema.names)
+            state = pa.concat_tables([state, new.cast(state.schema)])
+        local = ctx.reads.local(ctx.spark, state.combine_chunks(), schema)
+        finalized = local.select(*[c(k) for k in groups], *self._finalize(node, ctx, ""))
+        return ctx.on_driver(finalized, finalized.toArrow, exact=True)
+
     def snapshot(self, node: Aggregate, ctx, side: str) -> DataFrame:
         keys = list(node.keys)
+        held = self.held_snapshot(node, ctx, side)
+        if held is not None:
+            return held
         if ctx.rescan:
             state = self._full_state(node, ctx, side)
         elif side == OLD or not ctx.changed(node):

@@ -30,7 +30,7 @@ from ..changes import quoted
 from ..context import NEW
 from ..driver_filters import driver_filter
 from ..driver_joins import KEY_TYPES
-from ..graph import Filter, Join, Node, Project, Scan, SemiJoin, conjuncts
+from ..graph import Aggregate, Filter, Join, Node, Project, Scan, SemiJoin, conjuncts
 from .base import expr, held_through
 
 MAX_RANGES = 32  # ranges in one filter: each is tested against every file's statistics
@@ -118,13 +118,16 @@ DRIVER_KEY_TYPES = KEY_TYPES
 def restricted_snapshot(ctx, node: Node, side: str, column: str, keys) -> DataFrame | None:
     """`node` as of `side`, holding at least its rows whose `column` is one of the keys, read on
     the driver and shared by the refresh's steps; None where it cannot be (then read it through
-    Spark). `node` is a scan under filters, plain column projections, inner joins and semi-joins.
+    Spark). `node` is a scan under filters, plain column projections, inner joins and semi-joins,
+    or an aggregate read for some groups (AggregateRule.held_snapshot).
     `keys` is (values, nulls),
     or a function giving it, called only when the driver read is possible: `values` sorted,
     distinct and non-NULL, `nulls` whether the rows where `column` is NULL are wanted too (None:
     too many keys)."""
     if ctx.reads is None:
         return None
+    if isinstance(node, Aggregate):
+        return ctx.rule_for(node).held_snapshot(node, ctx, side, column, keys)
     if isinstance(node, Join):
         return _restricted_join(ctx, node, side, column, keys)
     if isinstance(node, SemiJoin):
@@ -147,8 +150,6 @@ def restricted_snapshot(ctx, node: Node, side: str, column: str, keys) -> DataFr
     types = {f.name.lower(): f.dataType for f in source.schema.fields}
     if version < 0 or not isinstance(types.get(field.lower()), DRIVER_KEY_TYPES):
         return None
-    if ctx.reads.snapshot_rows(source.path, version) is not None:
-        return None  # a small table: read whole once and shared (ScanRule.snapshot)
     wanted = keys() if callable(keys) else keys
     if wanted is None or len(wanted[0]) > MAX_KEYS:
         return None
