@@ -13,8 +13,8 @@ for integer and decimal columns, a string for strings, CAST('yyyy-mm-dd' AS DATE
 boolean for booleans), with a column of the same type, or with a column of another integer or
 decimal type (both cast to the one decimal that holds each exactly, as Spark widens them; refused
 past precision 38); AND, OR, NOT (SQL's three-valued logic); IS [NOT] NULL; [NOT] IN a list of such
-literals; BETWEEN; LIKE with '%' only at either end. Where a comparison, IN or LIKE takes a string
-column, it also takes SUBSTRING/SUBSTR(column, pos[, len]) with integer literals (any pos and len:
+literals; BETWEEN; LIKE with '%' anywhere (no '_', no escapes). Where a comparison, IN or LIKE
+takes a string column, it also takes SUBSTRING/SUBSTR(column, pos[, len]) with integer literals (any pos and len:
 Spark and Arrow both count code points). Not: floating point (Spark orders NaN above every number
 and equal to itself, IEEE does not), timestamps, binary, other functions, arithmetic, and literals
 that would need Spark's implicit casts.
@@ -223,8 +223,8 @@ def _expression(node: exp.Expression, types: dict[str, pa.DataType]) -> pc.Expre
             raise _Unsupported("LIKE")
         value, arrow_type = operand
         core = pattern.strip("%")
-        if "%" in core:
-            raise _Unsupported("LIKE with an inner %")
+        if "%" in core:  # Arrow's LIKE: '%' matches any characters, newlines too, as Spark's
+            return _call("match_like", [value], pc.MatchSubstringOptions(pattern))
         starts, ends = pattern.startswith("%"), pattern.endswith("%") and len(pattern) > 1
         if not starts and not ends:
             return _call("equal", [value, pa.scalar(core, arrow_type)])

@@ -108,10 +108,11 @@ def test_a_restricted_read_holds_every_row_of_its_keys(spark, changed_table, hel
     assert as_multiset(restricted.select("k", "g")) == as_multiset(spark_rows)  # exactly its keys' rows
 
 
-def test_a_restricted_read_beyond_the_driver_rows_is_left_to_spark(spark, changed_table):
+def test_a_restricted_read_beyond_its_rows_is_left_to_spark(spark, changed_table):
     path = changed_table
     schema = spark.read.format("delta").load(path).schema
-    assert SharedReads(None, driver_rows=5).restricted(spark, path, 0, schema, "k", (1, 2)) is None
+    assert SharedReads(None, driver_rows=5, key_rows=5).restricted(spark, path, 0, schema, "k", (1, 2)) is None
+    assert SharedReads(None, driver_rows=5).restricted(spark, path, 0, schema, "k", (1, 2)) is not None  # 10 x 5 rows
     assert SharedReads(None, driver_rows=5).restricted(spark, path, 0, schema, "g", (1, 2)) is None  # int keys, string column
 
 

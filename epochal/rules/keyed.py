@@ -10,6 +10,7 @@ like any other key: the null-padded rows of an outer join appear and disappear c
 
 from __future__ import annotations
 
+import logging
 from typing import Callable
 
 from pyspark.sql import DataFrame
@@ -22,6 +23,7 @@ from ..graph import WEIGHT, Node
 from .base import union_all
 
 Sides = list[tuple[Node, list[str]]]
+log = logging.getLogger("epochal")
 
 
 def affected_keys(ctx, sides: Sides) -> DataFrame | None:
@@ -83,12 +85,16 @@ def keyed_on_driver(ctx, sides: Sides, evaluate_rows) -> DataFrame | None:
     its rows of the affected keys (restrict.restricted_snapshot, or a small input whole):
     `evaluate_rows([(rows, schema), ...])` computes the operator over Spark-typed Arrow rows as
     (rows, schema), or None. Keys match NULL-safely, as restrict_to's do. None where any part is
-    Spark's."""
+    Spark's (logged at debug, with what was not held)."""
     import pyarrow as pa
     from pyspark.sql.types import LongType, StructField, StructType
 
     from ..driver_joins import first_values, key_tuples, key_type, spark_typed
     from .restrict import restricted_snapshot
+
+    def refused(why: str) -> None:
+        log.debug("affected-key recompute over %s by Spark: %s",
+                  ", ".join(node.describe() for node, _ in sides), why)
 
     if ctx.reads is None:
         return None
@@ -98,13 +104,15 @@ def keyed_on_driver(ctx, sides: Sides, evaluate_rows) -> DataFrame | None:
         if change is None:
             continue
         types = {f.name: f.dataType for f in change.schema.fields}
-        if not columns or not ctx.held_exactly(change) or not all(key_type(types[c]) for c in columns):
-            return None
+        if not columns or not all(key_type(types[c]) for c in columns):
+            return refused(f"keys {columns} of a type Arrow does not match as Spark does")
+        if not ctx.held_exactly(change):
+            return refused(f"the change of {node.describe()} is not held exactly on the driver")
         rows = ctx.exact_rows(change)
         affected |= set(key_tuples(rows, columns))
     values = first_values(affected)
     if values is None:
-        return None
+        return refused("key values that do not sort")
     out, schema = [], None
     for side, weight in ((NEW, 1), (OLD, -1)):
         frames = []
@@ -113,15 +121,15 @@ def keyed_on_driver(ctx, sides: Sides, evaluate_rows) -> DataFrame | None:
             if frame is None:
                 frame = ctx.snapshot(node, side)  # a small input is held whole
             if not ctx.held_exactly(frame):
-                return None
+                return refused(f"{node.describe()} as of {side} is not held exactly on the driver")
             rows = spark_typed(ctx.exact_rows(frame), frame.schema)
             if rows is None:
-                return None
+                return refused(f"{node.describe()} as of {side}: columns missing in its rows")
             keys = key_tuples(rows, columns)
             frames.append((rows.filter(pa.array([key in affected for key in keys], pa.bool_())), frame.schema))
         result = evaluate_rows(frames)
         if result is None:
-            return None
+            return refused("Arrow does not decide the operator as Spark does")
         rows, schema = result
         out.append(rows.append_column(WEIGHT, pa.array([weight] * rows.num_rows, pa.int64())))
     schema = StructType(list(schema.fields) + [StructField(WEIGHT, LongType())])

@@ -29,7 +29,7 @@ from sqlglot import exp
 from ..changes import quoted
 from ..context import NEW
 from ..driver_filters import driver_filter
-from ..driver_joins import KEY_TYPES
+from ..driver_joins import KEY_TYPES, spark_typed
 from ..graph import Aggregate, Filter, Join, Node, Project, Scan, SemiJoin, conjuncts
 from .base import expr, held_through
 
@@ -271,7 +271,14 @@ def _restricted_semijoin(ctx, node: SemiJoin, side: str, column: str, keys) -> D
             right = None
     if right is None:
         right = ctx.snapshot(node.right, side)
-    return SemiJoinRule()._evaluate(node, ctx)([left, right], side)
+    rule = SemiJoinRule()
+    if not node.null_aware and node.pairs and ctx.held_exactly(left) and ctx.held_exactly(right):
+        typed = [(spark_typed(ctx.exact_rows(frame), frame.schema), frame.schema) for frame in (left, right)]
+        found = rule._rows(node, typed) if all(rows is not None for rows, _ in typed) else None
+        if found is not None:  # both sides held exactly: joined in Arrow
+            rows, schema = found
+            return ctx.on_driver(ctx.reads.local(ctx.spark, rows, schema), rows, exact=True)
+    return rule._evaluate(node, ctx)([left, right], side)
 
 
 def _driver_keys(values: list | tuple) -> tuple | None:
