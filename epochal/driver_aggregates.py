@@ -284,3 +284,56 @@ def latest_table(data: pa.Table, keys: list[str], seq: str, delete_flag: str) ->
     latest = ordered.take(pa.array(first, pa.int64()))
     latest = latest.filter(pc.invert(pc.fill_null(latest.column(names[delete_flag.lower()]), False)))
     return latest.drop_columns([names[seq.lower()], names[delete_flag.lower()]])
+
+
+def finalized_rows(node: Aggregate, touched: pa.Table, schema: StructType) -> pa.Table | None:
+    """AggregateRule.delta over touched groups (touched_rows' columns) in Arrow: per group
+    -finalize(old state) where it existed, +finalize(new state) where it exists, with `schema`
+    (the keys, the aggregates' visible types, WEIGHT). COUNT, SUM, MIN and MAX are read off the
+    state; AVG only where Spark divides doubles (IEEE, as Python does); a decimal AVG (Spark's
+    decimal division and its roundings) or another function is Spark's (None)."""
+    from .rules.aggregate import COUNT
+
+    def visible(prefix: str) -> list | None:
+        columns = []
+        for agg in node.aggs:
+            if agg.func == "count_star":
+                columns.append(touched.column(prefix + COUNT).to_pylist())
+            elif agg.func == "count":
+                columns.append(touched.column(f"{prefix}{agg.name}__n").to_pylist())
+            elif agg.func in ("sum", "avg"):
+                total = touched.column(f"{prefix}{agg.name}__s").to_pylist()
+                count = touched.column(f"{prefix}{agg.name}__n").to_pylist()
+                if agg.func == "avg" and not isinstance(schema[agg.name].dataType, DoubleType):
+                    return None
+                if agg.func == "avg" and any(isinstance(t, decimal.Decimal) for t in total):
+                    return None
+                columns.append([None if not n else (float(t) / float(n) if agg.func == "avg" else t)
+                                for t, n in zip(total, count)])
+            elif agg.func in ("min", "max"):
+                columns.append(touched.column(f"{prefix}{agg.name}__m").to_pylist())
+            else:
+                return None
+        return columns
+
+    old, new = visible("o__"), visible("n__")
+    if old is None or new is None:
+        return None
+    counts_before = touched.column("o__" + COUNT).to_pylist()
+    counts_after = touched.column("n__" + COUNT).to_pylist()
+    keys = [touched.column(k).to_pylist() for k in node.keys]
+    out: list[list] = [[] for _ in schema.names]
+    for i in range(touched.num_rows):
+        existed = counts_before[i] is not None and (counts_before[i] > 0 or not node.keys)
+        exists = counts_after[i] > 0 or not node.keys
+        for values, weight, present in ((old, -1, existed), (new, 1, exists)):
+            if not present:
+                continue
+            row = [key[i] for key in keys] + [column[i] for column in values] + [weight]
+            for column, value in zip(out, row):
+                column.append(value)
+    arrow = to_arrow_schema(schema)
+    try:
+        return pa.table([pa.array(column, type=field.type) for column, field in zip(out, arrow)], schema=arrow)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        return None

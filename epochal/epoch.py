@@ -44,6 +44,7 @@ from .reclock import Epoch
 from .state import StateMissing, StateStore
 from . import driver_commits
 from .driver_commits import OP
+from .driver_joins import spark_typed
 from .writes import (
     apply_keyed,
     apply_multiset,
@@ -345,7 +346,8 @@ def _compute_and_write_metered(engine, table, step: Step, began: float, meter: M
             change, base, full = _rescan_change(engine, table, inputs, ctx)
         with refused():
             change = change.persist() if change is not None else None
-            collected = _collect_small(change, state, engine.driver_rows, rows)
+            collected = _collect_small(change, state, engine.driver_rows, rows,
+                                       ctx.computed_rows(rows) if ctx is not None and rows is not None else None)
             if collected is not None:
                 inserted, deleted, writes = _figures_on_driver(collected, state)
             else:
@@ -377,11 +379,20 @@ def _incremental_rows(table, ctx: Context) -> DataFrame:
     plan = table.compiled.plan
     root = ctx.delta(plan)
     _require_state_writes(ctx)
-    return root.select(
+    rows = root.select(
         *[F.col(quoted(internal)).cast(field.dataType).alias(field.name)
           for internal, field in zip(plan.columns, table.schema.fields)],
         F.col(WEIGHT),
     )
+    held = ctx.computed_rows(root)
+    types = {f.name: f.dataType for f in root.schema.fields} if held is not None else {}
+    if held is not None and all(types.get(internal) == field.dataType
+                                for internal, field in zip(plan.columns, table.schema.fields)):
+        # computed on the driver already, in the table's types: the same rows, without a job
+        typed = spark_typed(held.select([*plan.columns, WEIGHT]).rename_columns(rows.columns), rows.schema)
+        if typed is not None:
+            ctx.on_driver(rows, typed, exact=True)
+    return rows
 
 
 def _require_state_writes(ctx: Context) -> None:
@@ -425,18 +436,18 @@ class Collected:
 
 
 def _collect_small(change: DataFrame | None, state: StateStore, limit: int,
-                   unconsolidated: DataFrame | None = None) -> Collected | None:
+                   unconsolidated: DataFrame | None = None, held=None) -> Collected | None:
     """Collect the change and every state merge to the driver when each has at most `limit` rows
     (one job each, where the figures job of _figures_and_checks runs one per shuffle stage); None
     when any is larger, for Spark to count and write. `unconsolidated`: the change's rows before
     `consolidate`, collected and consolidated on the driver instead (no shuffle, so one job
     where Spark's aggregate runs one per stage); the consolidated `change` where Arrow cannot
-    group a column as Spark does."""
+    group a column as Spark does. `held`: the unconsolidated rows, computed on the driver already."""
     if limit <= 0:
         return None
     rows = None
     if unconsolidated is not None:
-        raw = unconsolidated.limit(limit + 1).toArrow()
+        raw = held if held is not None else unconsolidated.limit(limit + 1).toArrow()
         rows = consolidate_rows(raw) if raw.num_rows <= limit else None
     if rows is None and change is not None:
         rows = change.limit(limit + 1).toArrow()

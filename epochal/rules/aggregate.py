@@ -27,7 +27,7 @@ from ..changes import consolidate, null_safe_on, quoted, restrict
 from ..graph import WEIGHT, Aggregate, AggCall, sql
 from ..state import DELETE_FLAG
 from ..context import NEW, OLD
-from ..driver_aggregates import state_types, sum_type, touched_rows
+from ..driver_aggregates import finalized_rows, state_types, sum_type, touched_rows
 from ..driver_joins import first_values, key_tuples, key_type, spark_typed
 from .base import Rule
 from .restrict import restricted_snapshot
@@ -385,11 +385,14 @@ class AggregateRule(Rule):
             *[c(k) for k in keys], *self._finalize(node, ctx, "n__"), F.lit(1).cast(LongType()).alias(WEIGHT)
         )
         if ctx.held_exactly(touched):
-            # a plan over a local relation, collected if asked for; left unconsolidated (a group
-            # whose visible row did not change cancels where the step's change is consolidated,
-            # on the driver), which spares the shuffle
+            # left unconsolidated (a group whose visible row did not change cancels where the
+            # step's change is consolidated, on the driver), which spares the shuffle
             change = old_rows.unionByName(new_rows)
-            return ctx.on_driver(change, change.toArrow, exact=True)
+            rows = ctx.computed_rows(touched)
+            finalized = finalized_rows(node, rows, change.schema) if rows is not None else None
+            if finalized is not None:  # computed in Arrow: a local relation, no job
+                return ctx.on_driver(ctx.reads.local(ctx.spark, finalized, change.schema), finalized, exact=True)
+            return ctx.on_driver(change, change.toArrow, exact=True)  # Spark's, collected if asked for
         return consolidate(old_rows.unionByName(new_rows))
 
     def held_snapshot(self, node: Aggregate, ctx, side: str, column: str | None = None, keys=None) -> DataFrame | None:
