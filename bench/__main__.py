@@ -10,6 +10,8 @@ one hourly change batch and measures, back to back so machine drift hits both si
   Delta tables, as many at once as the engine runs steps; the report leads with the ratio of the
   two whole-epoch times;
 - a noop epoch (no source changed since);
+- an unread-columns epoch: its only commit updates lineitem's l_comment, which no query reads, so
+  every step reading lineitem finds its change consolidated away (each step's seconds reported);
 - the floor: reading the epoch's change batches of every source plus one empty Delta commit,
   through Spark and as the engine does it (on the driver, epochal.shared_reads, and a delta-rs commit).
 
@@ -157,6 +159,27 @@ def _recompute_all(engine, names: list[str], root: str) -> tuple[float, dict[str
     return seconds, each
 
 
+UNREAD_COLUMN = ("lineitem", "l_comment", "l_orderkey")  # no TPC-H query reads l_comment
+
+
+def _unread_columns_epoch(engine, spark, root: str, names: list[str], at, rows: int) -> dict:
+    """An epoch whose only source commit updates a column no table reads (`rows` line items'
+    l_comment, as many as the batch changed): every step reading lineitem reads the change and
+    finds it consolidated away. Returns the epoch's seconds and each step's."""
+    from epochal.clock import logical_time_metadata
+    from ops.confs import USER_METADATA_CONF, session_confs
+
+    table, column, key = UNREAD_COLUMN
+    path = f"{root}/sources/{table}"
+    highest = spark.read.format("delta").load(path).agg({key: "max"}).first()[0]
+    with session_confs(spark, {USER_METADATA_CONF: logical_time_metadata(at)}):
+        spark.sql(f"UPDATE delta.`{path}` SET {column} = concat({column}, '.') "
+                  f"WHERE {key} > {highest} - {max(1, rows // 4)}")
+    seconds, reports = _timed(lambda: engine.refresh(names, until=at + timedelta(minutes=5), upstream=False))
+    steps = {r.table: round(r.seconds, 3) for r in reports if r.technique != "noop"}
+    return dict(seconds=round(seconds, 3), steps=steps)
+
+
 def _epoch(engine, spark, root: str, generator, index: int, queries: list[str]) -> dict:
     """One change batch; then the whole incremental epoch over every table (one refresh, as a
     schedule runs it), the recompute-and-overwrite of every table, a noop epoch, and the floor."""
@@ -169,6 +192,8 @@ def _epoch(engine, spark, root: str, generator, index: int, queries: list[str]) 
     incremental, reports = _timed(lambda: engine.refresh(names, until=until, upstream=False))
     recompute, recomputes = _recompute_all(engine, names, root)
     noop, _ = _timed(lambda: engine.refresh(names, until=until + timedelta(minutes=30), upstream=False))
+    unread = _unread_columns_epoch(engine, spark, root, names, until + timedelta(minutes=40),
+                                   sum(batch.counts("lineitem")) or 1000)
     tables = {}
     for report in reports:
         tables[report.table] = dict(
@@ -179,7 +204,8 @@ def _epoch(engine, spark, root: str, generator, index: int, queries: list[str]) 
         )
     changed = {t: batch.counts(t) for t in SOURCES}
     return dict(index=index, floor_seconds=round(floor, 3), floor_driver_seconds=round(floor_driver, 3), incremental_seconds=round(incremental, 3),
-                recompute_seconds=round(recompute, 3), noop_seconds=round(noop, 3), source_changes=changed,
+                recompute_seconds=round(recompute, 3), noop_seconds=round(noop, 3), unread_columns=unread,
+                source_changes=changed,
                 tables=tables)
 
 
@@ -245,6 +271,17 @@ def _mean(values):
     return statistics.mean(values) if values else None
 
 
+def _unread_line(run: dict) -> list[str]:
+    epochs = [e["unread_columns"] for e in run["epochs"] if e.get("unread_columns", {}).get("steps")]
+    if not epochs:
+        return []
+    steps = [s for e in epochs for s in e["steps"].values()]
+    return [f"Unread columns (an epoch whose only commit updates lineitem's l_comment, which no query "
+            f"reads): {len(epochs[0]['steps'])} steps read the change and find it consolidated away; step "
+            f"mean {statistics.mean(steps):.2f} s, max {max(steps):.2f} s; whole epoch mean "
+            f"{statistics.mean(e['seconds'] for e in epochs):.2f} s.", ""]
+
+
 def _format(value, digits=2) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
@@ -268,6 +305,7 @@ def report_markdown(arguments, runs: list[dict], sweep: list[dict], started: str
                   f"batches + one empty commit): mean {statistics.mean(floors):.2f} s through Spark, "
                   f"{_format(_mean(e.get('floor_driver_seconds') for e in run['epochs']))} s as the engine reads "
                   "them (on the driver, shared by the epoch's steps).", "",
+                  *_unread_line(run),
                   "Per table (a step's seconds overlap with other tables' steps: the epoch runs "
                   "`parallelism` steps at once; recomputes run as many at once). Jobs, commits (on the driver), "
                   "input versions read (time-travel reads through Spark / reads of some keys' rows on the "
