@@ -87,38 +87,10 @@ class StateStore:
             raw = raw.join(wanted, null_safe_on(raw, wanted, [(k, f"__r_{k}") for k in keys]), "left_semi")
         return latest(raw, keys)
 
-    def latest_on_driver(self, name: str, keys: list[str], wanted: list[tuple]) -> dict[tuple, dict] | None:
-        """`read` restricted to the `wanted` keys, on the driver: per key its latest state row
-        (column -> value) unless deleted; None where the rows are Spark's to read (too many, or a
-        table delta-rs cannot read as Spark does)."""
-        from .driver_aggregates import latest_rows
-        from .driver_joins import first_values
-
-        version = self.versions.get(name)
-        if version is None:
-            raise StateMissing(f"state table {name} has no version recorded in the ledger")
-        if self.reads is None:
-            return None
-        path = self.path(name)
-        if DeltaLog.open(path, self.storage_options) is None:
-            raise StateMissing(f"state table {path} is missing")
-        data = self.reads.snapshot_rows(path, version)
-        if data is None and keys:
-            found = first_values(wanted)
-            if found is None:
-                return None
-            data = self.reads.restricted_rows(path, version, keys[0], *found)
-        if data is None:
-            return None
-        return latest_rows(data, keys, wanted, SEQ, DELETE_FLAG)
-
-    def latest_table_on_driver(self, name: str, keys: list[str], column: str | None = None,
-                               wanted: tuple[tuple, bool] | None = None):
-        """`read` on the driver as Arrow (delta-rs's types): every key's latest row when the state
-        is small, else with `column` (a key) the keys whose `column` is one of `wanted` (values,
-        NULLs too); None where the rows are Spark's to read."""
-        from .driver_aggregates import latest_table
-
+    def _raw_on_driver(self, name: str, column: str | None, wanted: tuple[tuple, bool] | None):
+        """The state's raw rows (every seq) as Arrow: the whole version when small, else with
+        `column` those whose `column` is one of `wanted` (values, NULLs too); None where they
+        are Spark's to read (too many, or a table delta-rs cannot read as Spark does)."""
         version = self.versions.get(name)
         if version is None:
             raise StateMissing(f"state table {name} has no version recorded in the ledger")
@@ -130,6 +102,25 @@ class StateStore:
         data = self.reads.snapshot_rows(path, version)
         if data is None and column is not None and wanted is not None:
             data = self.reads.restricted_rows(path, version, column, *wanted)
+        return data
+
+    def latest_on_driver(self, name: str, keys: list[str], wanted: list[tuple]) -> dict[tuple, dict] | None:
+        """`read` restricted to the `wanted` keys, on the driver: per key its latest state row
+        (column -> value) unless deleted; None where the rows are Spark's to read."""
+        from .driver_aggregates import latest_rows
+        from .driver_joins import first_values
+
+        data = self._raw_on_driver(name, keys[0] if keys else None, first_values(wanted) if keys else None)
+        return latest_rows(data, keys, wanted, SEQ, DELETE_FLAG) if data is not None else None
+
+    def latest_table_on_driver(self, name: str, keys: list[str], column: str | None = None,
+                               wanted: tuple[tuple, bool] | None = None):
+        """`read` on the driver as Arrow (delta-rs's types): every key's latest row when the state
+        is small, else with `column` (a key) the keys whose `column` is one of `wanted` (values,
+        NULLs too); None where the rows are Spark's to read."""
+        from .driver_aggregates import latest_table
+
+        data = self._raw_on_driver(name, column, wanted)
         return latest_table(data, keys, SEQ, DELETE_FLAG) if data is not None else None
 
     def merge(self, name: str, frame: DataFrame, keys: tuple[str, ...], checks=(), held=None) -> None:
