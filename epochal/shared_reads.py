@@ -28,6 +28,7 @@ import time
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
+from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import LongType, StructField, StructType
 
@@ -52,6 +53,37 @@ def _weights(data: pa.Table) -> pa.ChunkedArray:
     """A change feed's weights: +1 for inserts and post-images, -1 for deletes and pre-images."""
     positive = pc.is_in(data.column(CHANGE_TYPE).cast(pa.string()), value_set=pa.array(POSITIVE_TYPES))
     return pc.if_else(positive, pa.scalar(1, pa.int64()), pa.scalar(-1, pa.int64()))
+
+
+class LocalFrame(ClassicDataFrame):
+    """A local relation of Arrow rows, handed to Spark only when Spark first needs it.
+
+    Most rows read or computed on the driver stay there (a join term, an aggregate, a write
+    computed in Arrow), yet each is a DataFrame in case a rule above gives it to Spark, and
+    createDataFrame costs about 50 ms (a step of TPC-H Q21 made 46). Until a method needs the
+    Java DataFrame, only the schema is known; the first attribute that needs it creates it
+    (once, under a lock: steps share frames), and from then on this is that DataFrame."""
+
+    def __new__(cls, *args, **kwargs):
+        return object.__new__(cls)
+
+    def __init__(self, session, create, schema: StructType):
+        self.__dict__.update(_session=session, _create=create, _creating=threading.Lock(), schema=schema)
+
+    @property
+    def created(self) -> bool:
+        return "_jdf" in self.__dict__
+
+    def __getattr__(self, name: str):
+        if name.startswith("__") or name in ("_create", "_creating"):
+            raise AttributeError(name)
+        with self.__dict__["_creating"]:
+            if "_jdf" not in self.__dict__:
+                frame = self.__dict__["_create"]()
+                self.__dict__.update({k: v for k, v in frame.__dict__.items() if k != "schema"})
+        if name in self.__dict__:
+            return self.__dict__[name]
+        return super().__getattr__(name)  # DataFrame's: a column by name
 
 
 def _files_holding(table, dataset, column: str, values: pa.Array, nulls: bool):
@@ -168,7 +200,12 @@ class SharedReads:
         # delta-rs and pyarrow scans yield empty batches (a file with no matching rows)
         local = pa.Table.from_arrays(arrays, names=shape.names).combine_chunks()
         # delta-rs's Arrow types (string views, time zones) as Spark reads them
-        return spark.createDataFrame(local.cast(to_arrow_schema(shape)), schema=shape)
+        def create() -> DataFrame:
+            return spark.createDataFrame(local.cast(to_arrow_schema(shape)), schema=shape)
+
+        if type(spark).__module__.startswith("pyspark.sql.connect"):  # Spark Connect's frames are not classic
+            return create()
+        return LocalFrame(spark, create, shape)
 
     def local(self, spark, data: pa.Table, schema: StructType) -> DataFrame:
         """Arrow rows whose columns are named as `schema`'s as a local relation of that schema."""

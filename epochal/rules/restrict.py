@@ -163,10 +163,12 @@ def restricted_snapshot(ctx, node: Node, side: str, column: str, keys) -> DataFr
     if any(f.lower() not in names for f in node.fields):
         return None
     ctx.meter.note_read("restricted version", node.table, version)
-    shaped = ctx.rule_for(node)._shape(node, frame, False)
     rows = data.select([names[f.lower()] for f in node.fields]).rename_columns(list(node.columns))
     passing = driver_filter(rows, node.predicate)  # fewer keys for the partners read after it
-    return ctx.on_driver(shaped, passing if passing is not None else rows, exact=passing is not None)
+    rule = ctx.rule_for(node)
+    if passing is not None:
+        return rule._held_frame(node, ctx, passing, source.schema, False)
+    return ctx.on_driver(rule._shape(node, frame, False), rows)
 
 
 def distinct_values(frame: DataFrame, column: str, rows=None) -> tuple[tuple, bool] | None:

@@ -28,6 +28,20 @@ class ScanRule(Rule):
         shaped = frame.select(*columns, *([F.col(WEIGHT)] if weighted else []))
         return shaped.filter(expr(node.predicate)) if node.predicate is not None else shaped
 
+    def _held_frame(self, node: Scan, ctx, rows, schema, weighted: bool) -> DataFrame:
+        """`_shape` of the scan's rows as a local relation of Arrow `rows` that passed the
+        predicate on the driver (columns named as the scan's): Spark receives them only if a
+        rule hands them on (shared_reads.LocalFrame), where `_shape` over the read's frame
+        would hand the whole read to Spark at once."""
+        from pyspark.sql.types import LongType, StructField, StructType
+
+        fields = {f.name.lower(): f for f in schema.fields}
+        shape = [StructField(c, fields[f.lower()].dataType, fields[f.lower()].nullable)
+                 for f, c in zip(node.fields, node.columns)]
+        if weighted:
+            shape.append(StructField(WEIGHT, LongType()))
+        return ctx.on_driver(ctx.reads.local(ctx.spark, rows, StructType(shape)), rows, exact=True)
+
     def delta(self, node: Scan, ctx) -> DataFrame:
         source = ctx.inputs[node.table]
         consolidated = ctx.reads.consolidated_changes(ctx.spark, source.path, source.before, source.after,
@@ -38,10 +52,9 @@ class ScanRule(Rule):
             ctx.meter.note_read("shared changes", node.table, (source.before, source.after))
             rows = rows.rename_columns([*node.columns, WEIGHT])
             passing = driver_filter(rows, node.predicate)
-            if passing is not None and passing.num_rows < rows.num_rows:
-                frame = ctx.reads.local(ctx.spark, passing.rename_columns(frame.columns), frame.schema)
-            return ctx.on_driver(self._shape(node, frame, True), passing if passing is not None else rows,
-                                 exact=passing is not None)
+            if passing is not None:
+                return self._held_frame(node, ctx, passing, source.schema, True)
+            return ctx.on_driver(self._shape(node, frame, True), rows)
         shared = ctx.reads.changes(ctx.spark, source.path, source.before, source.after, source.schema,
                                    list(node.fields)) if ctx.reads is not None else None
         ctx.meter.note_read("changes" if shared is None else "shared changes", node.table, (source.before, source.after))
@@ -57,11 +70,12 @@ class ScanRule(Rule):
         ctx.meter.note_read("version" if shared is None else "shared version", node.table, version)
         if shared is None:
             return self._shape(node, read_snapshot(ctx.spark, source.path, version, source.schema), False)
-        shaped = self._shape(node, shared, False)
         data = ctx.reads.snapshot_rows(source.path, version)
         names = {c.lower(): c for c in data.column_names}
         if any(f.lower() not in names for f in node.fields):
-            return shaped
+            return self._shape(node, shared, False)
         rows = data.select([names[f.lower()] for f in node.fields]).rename_columns(list(node.columns))
         passing = driver_filter(rows, node.predicate)
-        return ctx.on_driver(shaped, passing if passing is not None else rows, exact=passing is not None)
+        if passing is not None:
+            return self._held_frame(node, ctx, passing, source.schema, False)
+        return ctx.on_driver(self._shape(node, shared, False), rows)
