@@ -283,9 +283,7 @@ class SharedReads:
                 return None
             dataset = table.to_pyarrow_dataset()
             names = {name.lower(): name for name in dataset.schema.names}
-            wanted = self.columns.get(path)
-            columns = [names[c.lower()] for c in sorted(wanted | {field}) if c.lower() in names] \
-                if wanted else dataset.schema.names
+            columns = self._read_columns(path, dataset.schema.names, field)
             target = dataset.schema.field(names[field.lower()])
             values = self._key_array(keys, target.type)
             if values is None:
@@ -304,6 +302,13 @@ class SharedReads:
         except (DeltaError, OSError, ValueError, TypeError, KeyError, pa.ArrowException):
             return None  # a type or table delta-rs cannot read as Spark does: Spark's to read
 
+    def _read_columns(self, path: str, names: list[str], field: str) -> list[str]:
+        """Of a table's column `names`, those the refresh reads from it and the key `field`
+        (every column of a table no plan reads, such as a state table)."""
+        wanted = self.columns.get(path)
+        by_name = {name.lower(): name for name in names}
+        return [by_name[c.lower()] for c in sorted(wanted | {field}) if c.lower() in by_name] if wanted else list(names)
+
     def _timed_read(self, path: str, version: int, field: str, keys: tuple, nulls: bool) -> pa.Table | None:
         began = time.perf_counter()
         found = self._restricted(path, version, field, keys, nulls)
@@ -318,7 +323,8 @@ class SharedReads:
         (other tables, other terms) filter the held rows instead of scanning again."""
         whole = self.snapshot_rows(path, version)
         if whole is not None:  # a small version is held whole: its rows of these keys
-            return self._of_keys(whole, field, keys, nulls)
+            found = self._of_keys(whole, field, keys, nulls)
+            return found.select(self._read_columns(path, found.schema.names, field)) if found is not None else None
         slot = ("restricted", path, version, field)
         with self._guard:
             lock = self._locks.setdefault(slot, threading.Lock())
