@@ -28,7 +28,6 @@ from sqlglot import exp
 
 from ..changes import quoted
 from ..context import NEW
-from ..driver_filters import driver_filter
 from ..driver_joins import KEY_TYPES, spark_typed
 from ..graph import Aggregate, Filter, Join, Node, Project, Scan, SemiJoin, conjuncts
 from .base import expr, held_through
@@ -159,16 +158,10 @@ def restricted_snapshot(ctx, node: Node, side: str, column: str, keys) -> DataFr
     if found is None:
         return None
     frame, data = found
-    names = {c.lower(): c for c in data.column_names}
-    if any(f.lower() not in names for f in node.fields):
-        return None
-    ctx.meter.note_read("restricted version", node.table, version)
-    rows = data.select([names[f.lower()] for f in node.fields]).rename_columns(list(node.columns))
-    passing = driver_filter(rows, node.predicate)  # fewer keys for the partners read after it
-    rule = ctx.rule_for(node)
-    if passing is not None:
-        return rule._held_frame(node, ctx, passing, source.schema, False)
-    return ctx.on_driver(rule._shape(node, frame, False), rows)
+    held = ctx.rule_for(node).held_read(node, ctx, data, frame, source.schema)  # filtered: fewer keys onward
+    if held is not None:
+        ctx.meter.note_read("restricted version", node.table, version)
+    return held
 
 
 def distinct_values(frame: DataFrame, column: str, rows=None) -> tuple[tuple, bool] | None:

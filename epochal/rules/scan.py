@@ -70,12 +70,19 @@ class ScanRule(Rule):
         ctx.meter.note_read("version" if shared is None else "shared version", node.table, version)
         if shared is None:
             return self._shape(node, read_snapshot(ctx.spark, source.path, version, source.schema), False)
-        data = ctx.reads.snapshot_rows(source.path, version)
+        held = self.held_read(node, ctx, ctx.reads.snapshot_rows(source.path, version), shared, source.schema)
+        return held if held is not None else self._shape(node, shared, False)
+
+    def held_read(self, node: Scan, ctx, data, frame: DataFrame, schema) -> DataFrame | None:
+        """The scan over a read held on the driver (Arrow `data` with the table's column names,
+        `frame` the same rows as a local relation): exactly its rows where Arrow decides the
+        predicate, else Spark's `_shape` of `frame` noted as held (a superset, for keys); None
+        where `data` lacks a column the scan reads."""
         names = {c.lower(): c for c in data.column_names}
         if any(f.lower() not in names for f in node.fields):
-            return self._shape(node, shared, False)
+            return None
         rows = data.select([names[f.lower()] for f in node.fields]).rename_columns(list(node.columns))
         passing = driver_filter(rows, node.predicate)
         if passing is not None:
-            return self._held_frame(node, ctx, passing, source.schema, False)
-        return ctx.on_driver(self._shape(node, shared, False), rows)
+            return self._held_frame(node, ctx, passing, schema, False)
+        return ctx.on_driver(self._shape(node, frame, False), rows)
