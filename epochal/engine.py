@@ -117,10 +117,13 @@ class Engine:
         driver_rows: int = DRIVER_ROWS,
         parallelism: int = 2,
         rescan_fraction: float | None = None,
+        cost_model: bool = True,
         passes: Sequence[str] | None = None,
     ):
         """`rescan_fraction`: rescan (reason COST) when an epoch changes more than this fraction
-        of a table's input rows (None: never for cost). `driver_rows`: changes of at most this
+        of a table's input rows (None: never for cost). `cost_model`: rescan (reason COST) when
+        the table's own history says a rescan is cheaper than this incremental step (cost.py;
+        never for strict tables). `driver_rows`: changes of at most this
         many rows are committed on the driver through delta-rs (driver_commits.py), larger ones
         by Spark (0: always Spark). `passes`: the optimizer passes to apply
         (names from epochal.optimize.PASSES; None: all, (): the naive plan), to compare plans.
@@ -130,6 +133,7 @@ class Engine:
         check_warehouse(Warehouse(warehouse).root, storage_options)
         self.spark = spark
         self.triggers = Triggers(rescan_fraction)
+        self.cost_model = cost_model
         self.passes = passes_named(passes)
         self.invalidation = Invalidation()
         self.parallelism = parallelism

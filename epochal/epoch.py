@@ -33,7 +33,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType
 
 from .changes import consolidate, consolidate_rows, quoted, read_snapshot
-from . import faults, rescan
+from . import cost, faults, rescan
 from .context import Context, InputRange
 from .deltalog import DeltaLog, TableFiles
 from .errors import EpochError, StateInconsistent, StrictModeError
@@ -263,17 +263,19 @@ def _execute(engine, table, epoch: Epoch, step: Step, began: float) -> Report:
     for attempt in range(CONCURRENT_RETRIES + 1):
         try:
             return _compute_and_write(engine, table, epoch, step, began)
-        except (StateInconsistent, StateMissing, rescan.Unreadable) as problem:
+        except (StateInconsistent, StateMissing, rescan.Unreadable, rescan.Costly) as problem:
             done = _committed(table, step)
             if done is not None:  # a concurrent run finished the step (and moved the state on)
                 return _report(table, done, time.monotonic() - began, note="applied by a concurrent run")
             if step.technique != INCREMENTAL or attempt == CONCURRENT_RETRIES:
                 raise
-            reason = problem.trigger.reason if isinstance(problem, rescan.Unreadable) else f"STATE_MISSING: {problem}"
+            trigger = getattr(problem, "trigger", None)
+            reason = trigger.reason if trigger is not None else f"STATE_MISSING: {problem}"
             _abandon(table, step, f"found while computing the change: {reason}")
             if table.strict:
                 raise _strict_refusal(table, reason, epoch, "nothing was written; ") from problem
-            fresh = Step(**{**step.__dict__, "seq": table.ledger.next_seq(), "technique": RESCAN, "reason": reason})
+            fresh = Step(**{**step.__dict__, "seq": table.ledger.next_seq(), "technique": RESCAN, "reason": reason,
+                            "detail": {**step.detail, **getattr(problem, "detail", {})}})
             table.ledger.record(fresh)
             step = fresh
         except conflicts as conflict:
@@ -318,7 +320,8 @@ def _compute_and_write_metered(engine, table, step: Step, began: float, meter: M
     inputs = _ranges_of(engine, table, step)
     # the state and output this step starts from are the previous step's, also when a concurrent
     # run commits this step while it runs
-    last = max((s for s in table.ledger.committed() if s.seq < step.seq), key=lambda s: s.seq, default=None)
+    history = [s for s in table.ledger.committed() if s.seq < step.seq]
+    last = max(history, key=lambda s: s.seq, default=None)
     reads = getattr(engine, "reads", None)
     state = StateStore(spark, table.state_root, dict(last.state_versions) if last else {}, engine.storage_options,
                        reads)
@@ -334,6 +337,7 @@ def _compute_and_write_metered(engine, table, step: Step, began: float, meter: M
             faults.point("after_read_changes", table.name)
             if not ctx.changed(plan):  # every change consolidated away: nothing to write
                 return _commit(table, step, engine, phases, began, meter, rows_read=rows_read)
+            _weigh(engine, table, step, history, rows_read)
             # the epoch-start snapshots the delta rules read (planned here, read below) are Delta's to refuse, too
             refused = partial(rescan.refusals, f"the inputs of {table.name!r} as of this epoch's start")
             with refused():
@@ -371,6 +375,20 @@ def _compute_and_write_metered(engine, table, step: Step, began: float, meter: M
             ctx.unpersist()
     return _commit(table, step, engine, phases, began, meter, rows_read=rows_read, inserted=inserted,
                    deleted=deleted, output_version=output_version, state_versions=state_versions)
+
+
+def _weigh(engine, table, step: Step, history: list[Step], rows_read: int) -> None:
+    """Ask the cost model (cost.py) about this incremental step, now that its change rows are
+    known: its estimate goes into the step's detail, and a rescan it expects to be cheaper is
+    raised as `rescan.Costly` (never for a strict table, nor when the engine's model is off)."""
+    if not getattr(engine, "cost_model", False) or table.strict:
+        return
+    estimate = cost.estimate(sorted(history, key=lambda s: s.seq), rows_read)
+    if estimate is None:
+        return
+    step.detail["estimate"] = estimate.as_dict()
+    if estimate.favours_rescan:
+        raise rescan.Costly(rescan.Trigger(rescan.COST, estimate.describe()), {"estimate": estimate.as_dict()})
 
 
 def _incremental_rows(table, ctx: Context) -> DataFrame:

@@ -72,6 +72,9 @@ def _triggers(engine, table) -> list[str]:
                    "of the input rows)")
     else:
         out.append(f"  COST when an epoch changes more than {fraction:.0%} of the input rows")
+    if getattr(engine, "cost_model", False) and not table.strict:
+        out.append("  COST when, once an epoch's change batches are read, the table's past steps estimate a rescan "
+                   "cheaper than the incremental step (Engine(cost_model=False) turns this off)")
     if table.strict:
         out.append("  strict: the table fails with the reason instead of rescanning (except on its first run)")
     return out

@@ -13,7 +13,9 @@ adds, for a step that would otherwise be incremental:
   read, is not a reason (the change batches select the columns read).
 - STATE_MISSING: a state table the plan needs is gone, lacks the version the ledger recorded, lost
   data files, or was built for another plan of the same query.
-- COST: the inputs' changed rows exceed `rescan_fraction` of their rows, so a recompute reads less.
+- COST: the inputs' changed rows exceed `rescan_fraction` of their rows, so a recompute reads less;
+  or, once the change batches are read, the cost model (cost.py) expects a rescan to be cheaper
+  (raised as `Costly` by the step).
 
 Everything is read from the Delta logs through delta-rs (no Spark job): the log entries of the
 range's commits (operation, metrics, schema and property changes, file lists) and the existence of
@@ -282,6 +284,16 @@ class Unreadable(EpochError):
     def __init__(self, trigger: Trigger):
         super().__init__(trigger.reason)
         self.trigger = trigger
+
+
+class Costly(EpochError):
+    """The cost model expects a rescan to be cheaper than the incremental step it was asked
+    about (found once the step read its change batches): the step is rescanned for `trigger`."""
+
+    def __init__(self, trigger: Trigger, detail: dict | None = None):
+        super().__init__(trigger.reason)
+        self.trigger = trigger
+        self.detail = detail or {}  # for the rescan step's record: the estimates
 
 
 @contextmanager

@@ -61,9 +61,14 @@ class EpochalResource(ConfigurableResource):
         "the commit's userMetadata, as the TPC-H change generator does) or 'commit'",
     )
     parallelism: int = Field(default=1, description="tables refreshed at once inside one engine call")
+    cost_model: bool = Field(
+        default=True,
+        description="rescan a table (reason COST) when its own past steps estimate a rescan cheaper than "
+        "the incremental step; never for strict tables",
+    )
 
     def _key(self, spark) -> tuple:
-        return (self.warehouse.warehouse().root, id(spark), self.source_clock, self.parallelism)
+        return (self.warehouse.warehouse().root, id(spark), self.source_clock, self.parallelism, self.cost_model)
 
     def engine(self) -> Engine:
         """The process's engine for this warehouse (built on first use)."""
@@ -73,7 +78,7 @@ class EpochalResource(ConfigurableResource):
             if key not in _engines:
                 root = self.warehouse.warehouse().root
                 _engines[key] = Engine(spark, root, storage_options=storage_options_for(root),
-                                       parallelism=self.parallelism)
+                                       parallelism=self.parallelism, cost_model=self.cost_model)
                 _defined[key] = {}
             return _engines[key]
 

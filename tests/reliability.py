@@ -120,7 +120,7 @@ def random_batch(root: str, rng: random.Random, commits: int = 3, at: datetime |
 
 def build_engine(spark, root: str, definitions=None, parallelism: int = 2, clock: str = "commit",
                  **options) -> Engine:
-    engine = Engine(spark, root, parallelism=parallelism, **options)
+    engine = Engine(spark, root, parallelism=parallelism, **{"cost_model": False, **options})
     for name in SOURCES:
         engine.source(name, clock=clock)
     engine.define_all(dict(definitions or PIPELINE))

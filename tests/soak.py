@@ -139,7 +139,7 @@ def soak(args) -> int:
 
     load_tpch(spark, root, 0.01, LOADED_AT)
     create_sources(root, at=LOADED_AT)
-    engine = Engine(spark, root)
+    engine = Engine(spark, root, cost_model=False)
     for name in TPCH_SOURCES + ("a", "b"):
         engine.source(name, clock="logical")
     queries = [q.strip() for q in args.queries.split(",") if q.strip()]

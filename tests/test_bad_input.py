@@ -35,7 +35,7 @@ def root(warehouse) -> str:
 def engine(spark, root) -> Engine:
     """Sources a and b declared, nothing defined, nothing refreshed."""
     create_sources(root)
-    engine = Engine(spark, root, parallelism=1)
+    engine = Engine(spark, root, parallelism=1, cost_model=False)
     engine.source("a")
     engine.source("b")
     return engine
@@ -121,7 +121,7 @@ def test_table_names_cannot_escape_the_warehouse_or_inject_sql(engine, root, nam
 
 def test_a_source_without_change_data_feed_is_refused_with_the_fix(spark, root):
     write_deltalake(source_path(root, "plain"), pa.table({"k": pa.array([1], pa.int32())}))
-    engine = Engine(spark, root)
+    engine = Engine(spark, root, cost_model=False)
     with pytest.raises(EpochalError, match=r"source 'plain'.*does not record a change data feed.*"
                                            r"SET TBLPROPERTIES \(delta.enableChangeDataFeed = true\)"):
         engine.source("plain")
@@ -140,7 +140,7 @@ def test_identifiers_with_spaces_reserved_words_and_non_ascii(spark, root):
               "'delta.columnMapping.mode' = 'name', 'delta.minReaderVersion' = '2', 'delta.minWriterVersion' = '5')")
     spark.sql(f"INSERT INTO delta.`{path}` VALUES ('from', 1.50, 'Zoë', 2), ('where', 2.25, 'Łukasz', 1), "
               "('from', NULL, NULL, 3), (NULL, 4.00, 'Ōta', NULL)")
-    engine = Engine(spark, root, parallelism=1)
+    engine = Engine(spark, root, parallelism=1, cost_model=False)
     engine.source("order")
     assert_definition_error(engine, "spaced", "SELECT `unit price` FROM `order`", "unit price",
                             "characters Delta does not allow", "AS unit_price")
@@ -180,7 +180,7 @@ def test_schema_changes_rescan_or_fail_cleanly(spark, root):
     sql = "SELECT g, count(*) AS n, sum(v) AS s FROM a GROUP BY g"
 
     def define():
-        engine = Engine(spark, root, parallelism=1)
+        engine = Engine(spark, root, parallelism=1, cost_model=False)
         engine.source("a")
         engine.define("t", sql)
         return engine
@@ -277,7 +277,7 @@ def test_a_source_clock_that_goes_backwards(spark, root):
     _stamped(root, "b", [(1, "one"), (2, "two")], T0, configuration=feed)
     for hour, minute in ((0, 10), (1, 10), (2, 10), (1, 40)):
         _stamped(root, "a", [(hour, "x", minute)], T0 + timedelta(hours=hour, minutes=minute), mode="append")
-    engine = Engine(spark, root, parallelism=1)
+    engine = Engine(spark, root, parallelism=1, cost_model=False)
     engine.source("a", clock="logical")
     engine.source("b", clock="logical")
     engine.define("cnt", PIPELINE["cnt"])

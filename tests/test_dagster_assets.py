@@ -108,7 +108,7 @@ def engine_for(root: str, sql_folder: Path):
     from resources.spark import SparkResource
     from resources.warehouse import WarehouseResource
 
-    resource = EpochalResource(spark=SparkResource(), warehouse=WarehouseResource(root=root))
+    resource = EpochalResource(spark=SparkResource(), warehouse=WarehouseResource(root=root), cost_model=False)
     return resource.define(list(load_specs(sql_folder, TPCH_TABLES).values()))
 
 

@@ -126,7 +126,7 @@ def run_epochs(spark, warehouse: str, definitions: dict[str, str], epochs, **eng
     root = f"{warehouse}/{uuid.uuid4().hex[:8]}"
     a = SyntheticSource(spark, f"{root}/sources/a", A_SCHEMA, A_INITIAL)
     b = SyntheticSource(spark, f"{root}/sources/b", B_SCHEMA, B_INITIAL)
-    engine = Engine(spark, root, **engine_options)
+    engine = Engine(spark, root, **{"cost_model": False, **engine_options})
     engine.source("a")
     engine.source("b")
     engine.define_all(definitions)

@@ -24,7 +24,7 @@ D = "SELECT g, s FROM t WHERE n > 1"
 
 
 def build(spark, root: str, **options) -> Engine:
-    engine = Engine(spark, root, parallelism=1, **options)
+    engine = Engine(spark, root, parallelism=1, **{"cost_model": False, **options})
     engine.source("a")
     engine.define_all({"t": T, "d": D})
     return engine
@@ -203,3 +203,34 @@ def test_cost_rescans_a_sixty_percent_change(spark, warehouse):
     assert_rescan(refreshed(engine), "COST", "15 of the inputs' 25 rows changed (60%)")
     a.update("k = 1", {"v": "v + 1"})  # 10%: incremental
     assert {r.technique for r in refreshed(engine).values()} == {"incremental"}
+
+
+def test_cost_model_rescans_a_change_its_history_says_is_cheaper_to_recompute(spark, warehouse):
+    """The model's history: the first run (a rescan) and one incremental step of one change row.
+    A change of 400 rows is then estimated at 400x that step's seconds, far above the rescan: the
+    step rescans for COST with both estimates, stays exact, and the table reading it stays
+    incremental. The same change under a strict table, or with the model off, stays incremental."""
+    root = f"{warehouse}/{uuid.uuid4().hex[:8]}"
+    a = SyntheticSource(spark, f"{root}/sources/a", SCHEMA, ROWS)
+    engine = build(spark, root, cost_model=True)
+    engine.refresh()
+    a.update("k = 1", {"v": "v + 1"})
+    first = refreshed(engine)
+    assert first["t"].technique == "incremental", first["t"].reason
+    a.insert([(1000 + i, "xyz"[i % 3], i, "w") for i in range(400)])
+    reports = refreshed(engine)
+    assert_rescan(reports, "COST", "400 change rows", "rescanning")
+    estimate = reports["t"].detail["estimate"]
+    assert estimate["rows"] == 400 and estimate["incremental"] > 1.25 * estimate["rescan"], estimate
+    steps = engine.table("t").ledger.steps()
+    assert [s.status for s in steps if s.epoch == steps[-1].epoch] == ["started", "abandoned", "started", "committed"]
+
+    for options in ({"cost_model": False}, {"cost_model": True, "strict": True}):
+        other = f"{warehouse}/{uuid.uuid4().hex[:8]}"
+        b = SyntheticSource(spark, f"{other}/sources/a", SCHEMA, ROWS)
+        engine = build(spark, other, **options)
+        engine.refresh()
+        b.update("k = 1", {"v": "v + 1"})
+        refreshed(engine)
+        b.insert([(1000 + i, "xyz"[i % 3], i, "w") for i in range(400)])
+        assert {r.technique for r in refreshed(engine).values()} == {"incremental"}, options

@@ -32,7 +32,7 @@ LETTER = {"rescan": "R", "incremental": "I", "noop": "."}
 
 
 def tpch_engine(spark, root: str, queries) -> Engine:
-    engine = Engine(spark, root)
+    engine = Engine(spark, root, cost_model=False)
     for source in SOURCES:
         engine.source(source, clock="logical")
     engine.define_all({name: (SQL / f"{name}.sql").read_text() for name in queries})

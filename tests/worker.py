@@ -42,7 +42,8 @@ def _refresh(spark, command: dict) -> dict:
     from epochal import Engine
     from epochal import faults
 
-    engine = Engine(spark, command["root"], parallelism=command.get("parallelism", 2))
+    engine = Engine(spark, command["root"], parallelism=command.get("parallelism", 2),
+                    cost_model=False)
     for name in command.get("sources", []):
         engine.source(name, clock=command.get("clock", "commit"))
     engine.define_all(command["definitions"])

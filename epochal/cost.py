@@ -1,0 +1,80 @@
+"""The cost model: whether an incremental step or a rescan is the cheaper way to apply an epoch,
+estimated from the table's own ledger (the seconds of its past steps of each kind and the change
+rows they processed) and the change rows this step read.
+
+The decision is taken after the step has read its change batches (`Context.read_changes`, shared
+by the epoch's steps and cheap): a change that consolidates away never asks, and the change rows
+that reach the plan are known rather than guessed from commit metrics. A rescan chosen here has
+the reason COST with both estimates. Strict tables never rescan for cost; `Engine(cost_model=False)`
+turns the model off.
+
+Estimates, each a median so that one step slowed by a busy machine does not decide:
+- incremental: the last INCREMENTAL_SEEN incremental steps that computed a change (a step whose
+  change consolidated away says nothing of the cost of one that does not), each scaled up by this
+  change's rows relative to its own (never down: fixed costs dominate small changes);
+- rescan: the last RESCAN_SEEN rescans, first run included (it builds the same output and state).
+A rescan is chosen when the incremental estimate exceeds the rescan's by MARGIN, so noise does not
+make a table flap between techniques. After EXPLORE_AFTER rescans for cost in a row, one step runs
+incrementally again, so the incremental estimate follows the table as it changes.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass
+
+from .rescan import COST
+
+INCREMENTAL_SEEN = 5
+RESCAN_SEEN = 3
+MARGIN = 1.25
+EXPLORE_AFTER = 4
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Seconds each technique is expected to take for this step, and how many past steps each
+    estimate rests on."""
+
+    incremental: float
+    rescan: float
+    incremental_seen: int
+    rescan_seen: int
+    rows: int
+
+    @property
+    def favours_rescan(self) -> bool:
+        return self.incremental > MARGIN * self.rescan
+
+    def as_dict(self) -> dict:
+        return {name: round(value, 3) if isinstance(value, float) else value for name, value in asdict(self).items()}
+
+    def describe(self) -> str:
+        return (f"an incremental step of {self.rows} change rows is estimated at {self.incremental:.1f} s "
+                f"(from {self.incremental_seen} past step(s)), a rescan at {self.rescan:.1f} s (from "
+                f"{self.rescan_seen} past rescan(s)); rescanning")
+
+
+def _computed(step) -> bool:
+    return step.technique == "incremental" and step.rows_read > 0 and "compute" in (step.detail or {}).get("phases", {})
+
+
+def _for_cost(step) -> bool:
+    return step.technique == "rescan" and step.reason.startswith(COST)
+
+
+def estimate(history: list, rows: int) -> Estimate | None:
+    """The estimate for a step reading `rows` change rows, from `history` (the table's committed
+    steps, oldest first); None when the history holds no step of one of the kinds, or when the
+    last EXPLORE_AFTER steps that computed anything were all rescans for cost (this step explores)."""
+    working = [s for s in history if _computed(s) or s.technique == "rescan"]
+    recent = working[-EXPLORE_AFTER:]
+    if len(recent) == EXPLORE_AFTER and all(_for_cost(s) for s in recent):
+        return None
+    incremental = [s for s in working if _computed(s)][-INCREMENTAL_SEEN:]
+    rescans = [s for s in working if s.technique == "rescan"][-RESCAN_SEEN:]
+    if not incremental or not rescans:
+        return None
+    scaled = [s.seconds * max(1.0, rows / s.rows_read) for s in incremental]
+    return Estimate(statistics.median(scaled), statistics.median(s.seconds for s in rescans),
+                    len(incremental), len(rescans), rows)

@@ -1,0 +1,56 @@
+"""The cost model's estimates (epochal/cost.py) over ledger histories. The model is a pure
+function of the table's committed steps; its use by a real engine is in test_rescan.py."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+
+from epochal import cost
+from epochal.ledger import COMMITTED, Step
+
+AT = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+def step(technique: str, seconds: float, rows: int = 0, reason: str = "", computed: bool = True) -> Step:
+    phases = {"read changes": 0.1, **({"compute": seconds} if computed else {})}
+    return Step(seq=0, status=COMMITTED, epoch="e", epoch_end=AT, technique=technique, reason=reason,
+                rows_read=rows, seconds=seconds, detail={"phases": phases})
+
+
+def test_no_estimate_without_a_step_of_each_kind():
+    assert cost.estimate([], 10) is None
+    assert cost.estimate([step("rescan", 3.0, reason="FIRST_RUN")], 10) is None
+    assert cost.estimate([step("incremental", 1.0, 10)], 10) is None
+
+
+def test_estimates_are_medians_and_scale_up_with_the_change_only():
+    history = [step("rescan", 9.0, reason="FIRST_RUN"), step("rescan", 3.0, reason="REQUESTED"),
+               step("rescan", 4.0, reason="REQUESTED"),
+               step("incremental", 1.0, 100), step("incremental", 50.0, 100), step("incremental", 2.0, 100)]
+    small = cost.estimate(history, 10)
+    assert (small.incremental, small.rescan, small.incremental_seen, small.rescan_seen) == (2.0, 4.0, 3, 3)
+    assert not small.favours_rescan
+    large = cost.estimate(history, 400)  # 4x the rows of each past step
+    assert large.incremental == pytest.approx(8.0) and large.favours_rescan
+
+
+def test_steps_whose_change_consolidated_away_are_not_observations():
+    history = [step("rescan", 2.0, reason="FIRST_RUN"), step("incremental", 8.0, 100),
+               step("incremental", 0.1, 100, computed=False), step("incremental", 0.1, 100, computed=False)]
+    assert cost.estimate(history, 100).incremental == 8.0
+
+
+def test_margin_keeps_close_estimates_incremental():
+    history = [step("rescan", 2.0, reason="FIRST_RUN"), step("incremental", 2.4, 100)]
+    assert not cost.estimate(history, 100).favours_rescan
+    assert cost.estimate(history, 110).favours_rescan
+
+
+def test_explores_after_rescans_for_cost_in_a_row():
+    costly = [step("rescan", 2.0, reason="COST: estimated") for _ in range(cost.EXPLORE_AFTER)]
+    history = [step("rescan", 2.0, reason="FIRST_RUN"), step("incremental", 8.0, 100)]
+    assert cost.estimate(history + costly[:-1], 100).favours_rescan
+    assert cost.estimate(history + costly, 100) is None
+    assert cost.estimate(history + costly + [step("incremental", 8.0, 100)], 100).favours_rescan
