@@ -201,6 +201,7 @@ def _epoch(engine, spark, root: str, generator, index: int, queries: list[str]) 
             recompute_seconds=round(recomputes[report.table], 3),
             rows_read=report.rows_read, rows_inserted=report.rows_inserted, rows_deleted=report.rows_deleted,
             phases=report.detail.get("phases", {}), cost=report.detail.get("cost", {}),
+            estimate=report.detail.get("estimate"),
         )
     changed = {t: batch.counts(t) for t in SOURCES}
     return dict(index=index, floor_seconds=round(floor, 3), floor_driver_seconds=round(floor_driver, 3), incremental_seconds=round(incremental, 3),
@@ -236,7 +237,8 @@ def summarize(run: dict) -> list[dict]:
     names = sorted({n for e in run["epochs"] for n in e["tables"]})
     for name in names:
         entries = [e["tables"][name] for e in run["epochs"] if name in e["tables"]]
-        incremental = [t["incremental_seconds"] for t in entries if t["technique"] == "incremental"]
+        # the step's seconds, whichever technique it took (a rescan for COST included): what the epoch paid
+        incremental = [t["incremental_seconds"] for t in entries if t["technique"] != "noop"]
         recompute = [t["recompute_seconds"] for t in entries]
         mean_incremental = statistics.mean(incremental) if incremental else None
 
@@ -257,6 +259,31 @@ def summarize(run: dict) -> list[dict]:
             megabytes=(cost("bytes_scanned") or 0) / 1e6 if cost("bytes_scanned") is not None else None,
         ))
     return rows
+
+
+def choices(run: dict) -> tuple[int, int, int]:
+    """How often the cost model's choice was the faster technique: (right, steps, rescans for
+    COST). An incremental step is right when it beat the recompute-and-overwrite of the same epoch;
+    a COST rescan when the recompute beat the table's incremental steps of the run (their mean; the
+    model's own estimate when the table never ran incrementally). Steps before the model has
+    history to go on (its estimate absent) are counted too: staying incremental was its choice."""
+    right = steps = costly = 0
+    for epoch in run["epochs"]:
+        for name, t in epoch["tables"].items():
+            if t["technique"] == "noop":
+                continue
+            steps += 1
+            if t["technique"] == "incremental":
+                right += t["incremental_seconds"] <= t["recompute_seconds"]
+                continue
+            if not str(t.get("reason", "")).startswith("COST"):
+                continue
+            costly += 1
+            seen = [e["tables"][name]["incremental_seconds"] for e in run["epochs"]
+                    if e["tables"].get(name, {}).get("technique") == "incremental"]
+            reference = statistics.mean(seen) if seen else (t.get("estimate") or {}).get("incremental", 0.0)
+            right += t["recompute_seconds"] <= reference
+    return right, steps, costly
 
 
 def whole_epochs(run: dict) -> tuple[float, float, float]:
@@ -280,6 +307,15 @@ def _unread_line(run: dict) -> list[str]:
             f"reads): {len(epochs[0]['steps'])} steps read the change and find it consolidated away; step "
             f"mean {statistics.mean(steps):.2f} s, max {max(steps):.2f} s; whole epoch mean "
             f"{statistics.mean(e['seconds'] for e in epochs):.2f} s.", ""]
+
+
+def _choices_line(run: dict) -> list[str]:
+    right, steps, costly = choices(run)
+    if not steps:
+        return []
+    return [f"Cost model: {costly} of {steps} steps rescanned for COST; the technique taken was the faster one "
+            f"in {right} of {steps} ({right / steps:.0%}; a step is compared with the recompute-and-overwrite of "
+            "the same epoch, a COST rescan with the table's incremental steps of the run).", ""]
 
 
 def _format(value, digits=2) -> str:
@@ -306,6 +342,7 @@ def report_markdown(arguments, runs: list[dict], sweep: list[dict], started: str
                   f"{_format(_mean(e.get('floor_driver_seconds') for e in run['epochs']))} s as the engine reads "
                   "them (on the driver, shared by the epoch's steps).", "",
                   *_unread_line(run),
+                  *_choices_line(run),
                   "Per table (a step's seconds overlap with other tables' steps: the epoch runs "
                   "`parallelism` steps at once; recomputes run as many at once). Jobs, commits (on the driver), "
                   "input versions read (time-travel reads through Spark / reads of some keys' rows on the "
