@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 import pyarrow as pa
+import pyarrow.dataset as ds
 from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
@@ -38,7 +39,7 @@ class RecordTable:
     schema: pa.Schema
     key: tuple[str, ...]
     storage_options: dict[str, str] | None = None
-    _cache: tuple[int, list[dict]] | None = field(default=None, repr=False)
+    _cache: tuple[int, frozenset[str], list[dict]] | None = field(default=None, repr=False)
 
     def _open(self) -> DeltaTable | None:
         try:
@@ -67,11 +68,22 @@ class RecordTable:
         return [] if table is None else self._rows(table)
 
     def _rows(self, table: DeltaTable) -> list[dict]:
+        """The records at `table`'s version, cached: a version that only added files to the
+        cached one (every record write) reads just those files, so a ledger's read costs what
+        changed since, not its whole history; one that removed files (a compaction) reads all."""
         version = table.version()
         if self._cache is not None and self._cache[0] == version:
-            return self._cache[1]
-        rows = pa.table(table.to_pyarrow_table()).to_pylist()
-        self._cache = (version, rows)
+            return self._cache[2]
+        dataset = table.to_pyarrow_dataset()
+        fragments = {fragment.path: fragment for fragment in dataset.get_fragments()}
+        if self._cache is not None and self._cache[1] <= fragments.keys():
+            added = [fragments[path] for path in fragments.keys() - self._cache[1]]
+            new = ds.FileSystemDataset(added, dataset.schema, dataset.format, dataset.filesystem).to_table() \
+                if added else None
+            rows = self._cache[2] + (new.to_pylist() if new is not None else [])
+        else:
+            rows = dataset.to_table().to_pylist()
+        self._cache = (version, frozenset(fragments), rows)
         return rows
 
     def insert_if_absent(self, records: list[dict]) -> list[tuple[bool, dict]]:

@@ -191,3 +191,26 @@ def test_record_tables_admit_one_writer_per_key(tmp_path):
     stored = RecordTable(uri, RECORDS, ("epoch", "source")).read()
     assert Counter(r["epoch"] for r in stored) == {f"e{n}": 1 for n in range(20)}
     assert [sum(column) for column in zip(*results)] == [1] * 20  # exactly one writer won each key
+
+
+def test_record_reads_follow_new_versions_from_what_they_cached(tmp_path):
+    """A RecordTable reads only the files a version added to the one it cached; after a compaction
+    (files removed) it reads everything. Its records equal a fresh reader's at every version,
+    also when other writers added versions in between."""
+    from deltalake import DeltaTable
+
+    uri = str(tmp_path / "records")
+    reader, other = RecordTable(uri, RECORDS, ("epoch", "source")), RecordTable(uri, RECORDS, ("epoch", "source"))
+
+    def key(rows):
+        return sorted((r["epoch"], r["source"], r["frontier"]) for r in rows)
+
+    for n in range(6):
+        writer = reader if n % 2 else other
+        writer.insert_if_absent([{"epoch": f"e{n}", "source": s, "frontier": n} for s in "ab"])
+        if n == 3:
+            DeltaTable(uri).optimize.compact()
+        fresh = RecordTable(uri, RECORDS, ("epoch", "source")).read()
+        assert key(reader.read()) == key(fresh) and len(fresh) == 2 * (n + 1)
+    assert reader.insert_if_absent([{"epoch": "e1", "source": "a", "frontier": 99}]) == [
+        (False, {"epoch": "e1", "source": "a", "frontier": 1})]
