@@ -108,6 +108,46 @@ def test_a_restricted_read_holds_every_row_of_its_keys(spark, changed_table, hel
     assert as_multiset(restricted.select("k", "g")) == as_multiset(spark_rows)  # exactly its keys' rows
 
 
+@pytest.fixture(scope="module")
+def scanned_reads(changed_table) -> SharedReads:
+    """One SharedReads for every example whose versions are too large to hold whole at first
+    (driver_rows=1): key sets are scanned, and a version's second scan reads its columns whole."""
+    return SharedReads(None, driver_rows=1, key_rows=1_000, columns={changed_table: {"k", "g"}})
+
+
+@settings(SLOW, max_examples=10 * EXAMPLES)
+@given(keys=st.lists(st.integers(0, 8), max_size=5, unique=True), nulls=st.booleans(),
+       version=st.integers(0, 3), budget=st.sampled_from([0, 1 << 20]))
+def test_keys_read_from_a_version_held_whole_are_every_row_of_them(spark, changed_table, scanned_reads, keys,
+                                                                  nulls, version, budget):
+    path = changed_table
+    scanned_reads.held_bytes = budget  # 0: no room, every read scans
+    schema = spark.read.format("delta").load(path).schema
+    restricted = scanned_reads.restricted(spark, path, version, schema, "k", tuple(sorted(keys)), nulls)
+    assert restricted is not None
+    assert sorted(restricted.columns) == ["g", "k"]
+    wanted = F.col("k").isin(keys) | (F.col("k").isNull() if nulls else F.lit(False))
+    spark_rows = spark.read.format("delta").option("versionAsOf", version).load(path).filter(wanted).select("k", "g")
+    assert as_multiset(restricted.select("k", "g")) == as_multiset(spark_rows)
+
+
+def test_a_version_scanned_twice_is_held_whole_within_its_budget(spark, changed_table):
+    path = changed_table
+    schema = spark.read.format("delta").load(path).schema
+    for budget, held in ((1 << 20, True), (0, False)):
+        reads = SharedReads(None, driver_rows=1, key_rows=1_000, columns={path: {"k", "g"}}, held_bytes=budget)
+        for keys in ((1,), (2,), (5, 6)):
+            found = reads.restricted(spark, path, 2, schema, "k", keys)
+            assert as_multiset(found.select("k", "g")) == as_multiset(
+                spark.read.format("delta").option("versionAsOf", 2).load(path).filter(F.col("k").isin(list(keys)))
+                .select("k", "g"))
+        whole = reads._reads.get(("read columns", path, 2))
+        assert (whole is not None) == held
+        if held:
+            assert whole.num_rows == spark.read.format("delta").option("versionAsOf", 2).load(path).count()
+            assert sorted(whole.column_names) == ["g", "k"]
+
+
 def test_a_restricted_read_beyond_its_rows_is_left_to_spark(spark, changed_table):
     path = changed_table
     schema = spark.read.format("delta").load(path).schema
