@@ -98,9 +98,12 @@ def held_reads(changed_table) -> SharedReads:
 @given(keys=st.lists(st.integers(0, 8), max_size=5, unique=True), nulls=st.booleans(),
        version=st.integers(0, 3))
 def test_a_restricted_read_holds_every_row_of_its_keys(spark, changed_table, held_reads, keys, nulls, version):
-    path = changed_table
+    assert_reads_exactly_its_keys(spark, held_reads, changed_table, keys, nulls, version)
+
+
+def assert_reads_exactly_its_keys(spark, reads: SharedReads, path: str, keys: list, nulls: bool, version: int):
     schema = spark.read.format("delta").load(path).schema
-    restricted = held_reads.restricted(spark, path, version, schema, "k", tuple(sorted(keys)), nulls)
+    restricted = reads.restricted(spark, path, version, schema, "k", tuple(sorted(keys)), nulls)
     assert restricted is not None
     assert sorted(restricted.columns) == ["g", "k"]
     wanted = F.col("k").isin(keys) | (F.col("k").isNull() if nulls else F.lit(False))
@@ -120,15 +123,8 @@ def scanned_reads(changed_table) -> SharedReads:
        version=st.integers(0, 3), budget=st.sampled_from([0, 1 << 20]))
 def test_keys_read_from_a_version_held_whole_are_every_row_of_them(spark, changed_table, scanned_reads, keys,
                                                                   nulls, version, budget):
-    path = changed_table
     scanned_reads.held_bytes = budget  # 0: no room, every read scans
-    schema = spark.read.format("delta").load(path).schema
-    restricted = scanned_reads.restricted(spark, path, version, schema, "k", tuple(sorted(keys)), nulls)
-    assert restricted is not None
-    assert sorted(restricted.columns) == ["g", "k"]
-    wanted = F.col("k").isin(keys) | (F.col("k").isNull() if nulls else F.lit(False))
-    spark_rows = spark.read.format("delta").option("versionAsOf", version).load(path).filter(wanted).select("k", "g")
-    assert as_multiset(restricted.select("k", "g")) == as_multiset(spark_rows)
+    assert_reads_exactly_its_keys(spark, scanned_reads, changed_table, keys, nulls, version)
 
 
 def test_a_version_scanned_twice_is_held_whole_within_its_budget(spark, changed_table):
