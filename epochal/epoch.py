@@ -383,7 +383,7 @@ def _weigh(engine, table, step: Step, history: list[Step], rows_read: int) -> No
     raised as `rescan.Costly` (never for a strict table, nor when the engine's model is off)."""
     if not getattr(engine, "cost_model", False) or table.strict:
         return
-    estimate = cost.estimate(sorted(history, key=lambda s: s.seq), rows_read)
+    estimate = cost.estimate(history, rows_read)  # the ledger's steps come in seq order
     if estimate is None:
         return
     step.detail["estimate"] = estimate.as_dict()

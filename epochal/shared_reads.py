@@ -330,12 +330,10 @@ class SharedReads:
         (other tables, other terms) filter the held rows instead of scanning again."""
         whole = self.snapshot_rows(path, version)
         if whole is not None:  # a small version is held whole: its rows of these keys
-            found = self._of_keys(whole, field, keys, nulls)
-            return found.select(self._read_columns(path, found.schema.names, field)) if found is not None else None
-        whole = self._reads.get(("read columns", path, version))
-        found = self._of_keys(whole, field, keys, nulls) if whole is not None else None
+            return self._keys_of(whole, path, field, keys, nulls)
+        found = self._keys_of(self._reads.get(("read columns", path, version)), path, field, keys, nulls)
         if found is not None:
-            return self._bounded(found.select(self._read_columns(path, found.schema.names, field)))
+            return self._bounded(found)
         slot = ("restricted", path, version, field)
         with self._guard:
             lock = self._locks.setdefault(slot, threading.Lock())
@@ -350,10 +348,10 @@ class SharedReads:
                 except TypeError:  # values of unlike types: read these keys alone
                     ordered = None
                 if (path, version) in self._scanned and held is not None:
-                    whole = self._read_columns_whole(path, version, field, held[2])
-                    found = self._of_keys(whole, field, keys, nulls) if whole is not None else None
+                    found = self._keys_of(self._read_columns_whole(path, version, field, held[2]), path, field,
+                                          keys, nulls)
                     if found is not None:
-                        return self._bounded(found.select(self._read_columns(path, found.schema.names, field)))
+                        return self._bounded(found)
                 data = self._timed_read(path, version, field, ordered, union_nulls) if ordered is not None else None
                 self._scanned.add((path, version))
                 if data is None:  # the union is too many rows (or unlike): these keys alone, not held
@@ -364,6 +362,11 @@ class SharedReads:
             return data
         found = self._of_keys(data, field, keys, nulls)
         return found if found is not None else self._timed_read(path, version, field, keys, nulls)
+
+    def _keys_of(self, whole: pa.Table | None, path: str, field: str, keys: tuple, nulls: bool) -> pa.Table | None:
+        """The rows of `keys` in `whole` (a version held whole), with the columns a read of them returns."""
+        found = self._of_keys(whole, field, keys, nulls) if whole is not None else None
+        return found.select(self._read_columns(path, found.schema.names, field)) if found is not None else None
 
     def _bounded(self, found: pa.Table | None) -> pa.Table | None:
         return found if found is not None and found.num_rows <= self.key_rows else None
@@ -376,35 +379,29 @@ class SharedReads:
         times an epoch at scale 1, 18 s), where one decode and in-memory filters serve them
         all. Only while the estimate (its rows times the bytes per row of `sample`, an earlier
         read of the same columns) fits what `held_bytes` has left; None otherwise."""
+        return self._once(("read columns", path, version), lambda: self._read_whole(path, version, field, sample))
+
+    def _read_whole(self, path: str, version: int, field: str, sample: pa.Table) -> pa.Table | None:
         from deltalake import DeltaTable
         from deltalake.exceptions import DeltaError
 
-        slot = ("read columns", path, version)
-        with self._guard:
-            lock = self._locks.setdefault(slot, threading.Lock())
-        with lock:
-            if slot in self._reads:
-                return self._reads[slot]
-            found = None
-            try:
-                table = DeltaTable(path, version=version, storage_options=self.storage_options)
-                rows = table.count()
-                per_row = sample.nbytes / sample.num_rows if sample.num_rows else None
-                with self._guard:
-                    room = per_row is not None and rows * per_row * 1.2 <= self.held_bytes - self._held
-                if room and self._plain(table):
-                    began = time.perf_counter()
-                    dataset = table.to_pyarrow_dataset()
-                    found = dataset.to_table(columns=self._read_columns(path, dataset.schema.names, field))
-                    with self._guard:
-                        self._held += found.nbytes
-                    log.debug("read %s version %d whole on the driver (%d columns, %d rows, %.0f MB) in %.2f s",
-                              path, version, found.num_columns, found.num_rows, found.nbytes / 1e6,
-                              time.perf_counter() - began)
-            except (DeltaError, OSError, ValueError, pa.ArrowException):
-                found = None
-            self._reads[slot] = found
+        try:
+            table = DeltaTable(path, version=version, storage_options=self.storage_options)
+            per_row = sample.nbytes / sample.num_rows if sample.num_rows else None
+            with self._guard:
+                room = per_row is not None and table.count() * per_row * 1.2 <= self.held_bytes - self._held
+            if not room or not self._plain(table):
+                return None
+            began = time.perf_counter()
+            dataset = table.to_pyarrow_dataset()
+            found = dataset.to_table(columns=self._read_columns(path, dataset.schema.names, field))
+            with self._guard:
+                self._held += found.nbytes
+            log.debug("read %s version %d whole on the driver (%d columns, %d rows, %.0f MB) in %.2f s",
+                      path, version, found.num_columns, found.num_rows, found.nbytes / 1e6, time.perf_counter() - began)
             return found
+        except (DeltaError, OSError, ValueError, pa.ArrowException):
+            return None
 
     def _of_keys(self, data: pa.Table, field: str, keys: tuple, nulls: bool) -> pa.Table | None:
         """The rows of `data` whose `field` is one of `keys` (or NULL, with `nulls`); None where
