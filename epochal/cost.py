@@ -12,10 +12,12 @@ Estimates, each a median so that one step slowed by a busy machine does not deci
 - incremental: the last INCREMENTAL_SEEN incremental steps that computed a change (a step whose
   change consolidated away says nothing of the cost of one that does not), each scaled up by this
   change's rows relative to its own (never down: fixed costs dominate small changes);
-- rescan: the last RESCAN_SEEN rescans, first run included (it builds the same output and state).
+- rescan: the last RESCAN_SEEN rescans, first run included, without the seconds they spent
+  building the state: a rescan for cost writes the output only (epoch._weigh).
 A rescan is chosen when the incremental estimate exceeds the rescan's by MARGIN, so noise does not
 make a table flap between techniques. After EXPLORE_AFTER rescans for cost in a row, one step runs
-incrementally again, so the incremental estimate follows the table as it changes.
+incrementally again, so the incremental estimate follows the table as it changes (a rescan for
+cost keeps no state, so that step first rebuilds it, and the step after it is the one measured).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict, dataclass
 
-from .rescan import COST
+from .rescan import COST, NOT_KEPT, STATE_MISSING
 
 INCREMENTAL_SEEN = 5
 RESCAN_SEEN = 3
@@ -49,10 +51,10 @@ class Estimate:
     def as_dict(self) -> dict:
         return {name: round(value, 3) if isinstance(value, float) else value for name, value in asdict(self).items()}
 
-    def describe(self) -> str:
+    def describe(self, choice: str = "rescanning") -> str:
         return (f"an incremental step of {self.rows} change rows is estimated at {self.incremental:.1f} s "
                 f"(from {self.incremental_seen} past step(s)), a rescan at {self.rescan:.1f} s (from "
-                f"{self.rescan_seen} past rescan(s)); rescanning")
+                f"{self.rescan_seen} past rescan(s)); {choice}")
 
 
 def _computed(step) -> bool:
@@ -60,7 +62,9 @@ def _computed(step) -> bool:
 
 
 def _for_cost(step) -> bool:
-    return step.technique == "rescan" and step.reason.startswith(COST)
+    """A rescan for cost, or the rescan that rebuilt the state they did not keep."""
+    return step.technique == "rescan" and (step.reason.startswith(COST) or
+                                           step.reason.startswith(f"{STATE_MISSING}: {NOT_KEPT}"))
 
 
 def estimate(history: list, rows: int) -> Estimate | None:
@@ -76,5 +80,11 @@ def estimate(history: list, rows: int) -> Estimate | None:
     if not incremental or not rescans:
         return None
     scaled = [s.seconds * max(1.0, rows / s.rows_read) for s in incremental]
-    return Estimate(statistics.median(scaled), statistics.median(s.seconds for s in rescans),
+    return Estimate(statistics.median(scaled), statistics.median(_output_seconds(s) for s in rescans),
                     len(incremental), len(rescans), rows)
+
+
+def _output_seconds(step) -> float:
+    """What a rescan for cost would take: a rescan's seconds without building the state (a rescan
+    for cost writes the output only)."""
+    return max(0.0, step.seconds - ((step.detail or {}).get("phases") or {}).get("write state", 0.0))

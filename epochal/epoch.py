@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import LongType
 
 from .changes import consolidate, consolidate_rows, quoted, read_snapshot
@@ -52,6 +53,7 @@ from .writes import (
     copies_in,
     keyed_source,
     multiset_source,
+    DRIVER_WRITE_TYPES,
     replace_contents,
     version_written,
     write_identity,
@@ -193,7 +195,9 @@ def run(engine, table, epoch: Epoch, *, full_refresh: bool = False) -> Report:
         output_version=last.output_version if last else -1,
         state_versions=dict(last.state_versions) if last else {},
         run_id=engine.run_id,
-        detail={"plan": rescan.plan_signature(table.compiled.plan)},
+        detail={"plan": rescan.plan_signature(table.compiled.plan),
+                **({"state": rescan.STATE_NOT_KEPT} if technique != RESCAN and last is not None and not _keeps_state(last)
+                   else {})},
     )
     clock = {name: note for name, note in epoch.notes.items() if name in inputs}
     if clock:  # the remap's warnings about the sources this table reads (time going backwards)
@@ -274,8 +278,11 @@ def _execute(engine, table, epoch: Epoch, step: Step, began: float) -> Report:
             _abandon(table, step, f"found while computing the change: {reason}")
             if table.strict:
                 raise _strict_refusal(table, reason, epoch, "nothing was written; ") from problem
+            detail = {k: v for k, v in step.detail.items() if k != "state"}
+            if isinstance(problem, rescan.Costly) and rescan.stateful_nodes(table.compiled.plan):
+                detail["state"] = rescan.STATE_NOT_KEPT  # only the output is rescanned; see _weigh
             fresh = Step(**{**step.__dict__, "seq": table.ledger.next_seq(), "technique": RESCAN, "reason": reason,
-                            "detail": {**step.detail, **getattr(problem, "detail", {})}})
+                            "detail": {**detail, **getattr(problem, "detail", {})}})
             table.ledger.record(fresh)
             step = fresh
         except conflicts as conflict:
@@ -343,15 +350,18 @@ def _compute_and_write_metered(engine, table, step: Step, began: float, meter: M
             with refused():
                 rows = _incremental_rows(table, ctx)
                 change = consolidate(rows)
-            base, full = None, None  # the version the step starts from: read by _base if a write needs it
+            base, full, diff = None, None, None  # the version the step starts from: read by _base if a write needs it
         else:
             rows_read = 0
             refused = nullcontext
-            change, base, full = _rescan_change(engine, table, inputs, ctx)
+            change, base, full, diff = _rescan_change(engine, table, inputs, ctx, keep_state=_keeps_state(step))
         with refused():
             change = change.persist() if change is not None else None
-            collected = _collect_small(change, state, engine.driver_rows, rows,
-                                       ctx.computed_rows(rows) if ctx is not None and rows is not None else None)
+            if diff is not None:
+                collected = Collected(diff.change, {})
+            else:
+                collected = _collect_small(change, state, engine.driver_rows, rows,
+                                           ctx.computed_rows(rows) if ctx is not None and rows is not None else None)
             if collected is not None:
                 inserted, deleted, writes = _figures_on_driver(collected, state)
             else:
@@ -363,7 +373,8 @@ def _compute_and_write_metered(engine, table, step: Step, began: float, meter: M
             meter.driver_commits += on_driver
         else:
             output_version = _write_output(engine, table, step, change, base, inserted, deleted, meter,
-                                           collected.change if collected is not None else None)
+                                           collected.change if collected is not None else None,
+                                           diff.current if diff is not None else None)
         phases.mark("write output")
         faults.point("after_output_merge", table.name)
         state_versions = _write_states(engine, table, step, state, writes, meter)
@@ -377,18 +388,29 @@ def _compute_and_write_metered(engine, table, step: Step, began: float, meter: M
                    deleted=deleted, output_version=output_version, state_versions=state_versions)
 
 
+def _keeps_state(step: Step) -> bool:
+    return (step.detail or {}).get("state") != rescan.STATE_NOT_KEPT
+
+
 def _weigh(engine, table, step: Step, history: list[Step], rows_read: int) -> None:
     """Ask the cost model (cost.py) about this incremental step, now that its change rows are
     known: its estimate goes into the step's detail, and a rescan it expects to be cheaper is
-    raised as `rescan.Costly` (never for a strict table, nor when the engine's model is off)."""
-    if not getattr(engine, "cost_model", False) or table.strict:
-        return
-    estimate = cost.estimate(history, rows_read)  # the ledger's steps come in seq order
-    if estimate is None:
-        return
-    step.detail["estimate"] = estimate.as_dict()
-    if estimate.favours_rescan:
-        raise rescan.Costly(rescan.Trigger(rescan.COST, estimate.describe()), {"estimate": estimate.as_dict()})
+    raised as `rescan.Costly` (never for a strict table, nor when the engine's model is off).
+
+    A rescan for COST writes the output only: building the state costs as much again, and the
+    steps after it are likely rescans too. Its state is then not kept (rescan.STATE_NOT_KEPT) until a
+    step is to run incrementally (the model expects that cheaper, explores, or is off): that step
+    raises StateMissing instead, and is rescanned with the state."""
+    kept = _keeps_state(step)
+    estimate = cost.estimate(history, rows_read) \
+        if getattr(engine, "cost_model", False) and not table.strict else None  # the steps come in seq order
+    if estimate is not None:
+        step.detail["estimate"] = estimate.as_dict()
+        if estimate.favours_rescan:
+            raise rescan.Costly(rescan.Trigger(rescan.COST, estimate.describe()), {"estimate": estimate.as_dict()})
+    if not kept:
+        raise StateMissing(f"{rescan.NOT_KEPT}, which is to run incrementally"
+                           + (f" ({estimate.describe(choice='staying incremental')})" if estimate is not None else ""))
 
 
 def _incremental_rows(table, ctx: Context) -> DataFrame:
@@ -425,24 +447,64 @@ def _require_state_writes(ctx: Context) -> None:
                 "(an engine defect: please report it with `engine.explain`)")
 
 
-def _rescan_change(engine, table, inputs, ctx: Context | None):
+def _rescan_change(engine, table, inputs, ctx: Context | None, keep_state: bool = True):
     """Recompute in full and diff against the table's current contents (whatever they are, so a
     rescan also repairs a table a crashed or abandoned step left half-written). Returns (change,
-    base, full). A table that does not exist yet, or whose schema changes, gets `full` instead of
-    a change: the whole result is written once, with nothing to diff against."""
+    base, full, diff). A table that does not exist yet, or whose schema changes, gets `full`
+    instead of a change: the whole result is written once, with nothing to diff against. A diff
+    of a small result against a small table is computed on the driver (`diff`, change None)."""
     spark = engine.spark
     columns = [f.name for f in table.schema.fields]
     full = engine.output_frame(table, inputs, "after").select(*[F.col(quoted(c)) for c in columns])
-    if ctx is not None:
+    if ctx is not None and keep_state:
         ctx.build_states()
-    exists = DeltaLog.open(table.path, engine.storage_options) is not None
-    current = spark.read.format("delta").load(table.path) if exists else None
+    log = DeltaLog.open(table.path, engine.storage_options)
+    current = spark.read.format("delta").load(table.path) if log is not None else None
     if current is None or [(f.name, f.dataType) for f in current.schema.fields] != [
             (f.name, f.dataType) for f in table.schema.fields]:
-        return None, None, full
+        return None, None, full, None
+    diff = _diff_on_driver(engine, table, full, log.version)
+    if diff is not None:
+        return None, None, None, diff
     plus = full.withColumn(WEIGHT, F.lit(1).cast(LongType()))
     minus = current.select(*[F.col(quoted(c)) for c in columns], F.lit(-1).cast(LongType()).alias(WEIGHT))
-    return consolidate(plus.unionByName(minus)), current, None
+    return consolidate(plus.unionByName(minus)), current, None, None
+
+
+@dataclass
+class Diff:
+    """A rescan's change (columns and WEIGHT) and the table's current rows, both as Arrow in the
+    table's Spark types."""
+
+    change: pa.Table
+    current: pa.Table
+
+
+def _diff_on_driver(engine, table, full: DataFrame, version: int) -> Diff | None:
+    """The rescan's diff on the driver: the full result collected (one job, the recompute itself)
+    and the table's `version` read by delta-rs, consolidated with weights +1 and -1. Spark's
+    diff shuffles both and its multiset MERGE counts copies in the table again, several seconds
+    for a result of a few rows. None (Spark diffs) when the result, the table or the change
+    has more than `engine.driver_rows` rows, or a type is Spark's to write or to group."""
+    reads = getattr(engine, "reads", None)
+    limit = engine.driver_rows
+    if reads is None or limit <= 0 or not all(type(f.dataType) in DRIVER_WRITE_TYPES for f in table.schema.fields):
+        return None
+    current = reads.snapshot_rows(table.path, version)
+    if current is None:
+        return None
+    computed = full.limit(limit + 1).toArrow()
+    if computed.num_rows > limit:
+        return None
+    target = to_arrow_schema(table.schema)
+    new = pa.Table.from_arrays([computed.column(i).cast(f.type) for i, f in enumerate(target)], schema=target)
+    old = pa.Table.from_arrays([current.column(f.name).cast(f.type) for f in target], schema=target)
+    weights = [pa.array([1] * new.num_rows, pa.int64()), pa.array([-1] * old.num_rows, pa.int64())]
+    change = consolidate_rows(pa.concat_tables([new.append_column(WEIGHT, weights[0]),
+                                                old.append_column(WEIGHT, weights[1])]))
+    if change is None or (pc.sum(pc.abs(change.column(WEIGHT))).as_py() or 0) > limit:
+        return None
+    return Diff(change, old)
 
 
 @dataclass
@@ -555,11 +617,13 @@ def _output_target(engine, table, step: Step) -> tuple[int, int, str, str]:
     return previous, since, f"epochal/{table.name}", _tag(table, step, "output")
 
 
-def _write_output(engine, table, step: Step, change: DataFrame, base: DataFrame | None, inserted: int,
-                  deleted: int, meter: Meter, collected: pa.Table | None = None) -> int:
+def _write_output(engine, table, step: Step, change: DataFrame | None, base: DataFrame | None, inserted: int,
+                  deleted: int, meter: Meter, collected: pa.Table | None = None,
+                  current: pa.Table | None = None) -> int:
     """Apply the change: keyed (incremental steps of a table with a unique key) or as a multiset;
     committed on the driver when it has at most `engine.driver_rows` rows, else by Spark.
-    `collected`: the change, already on the driver."""
+    `collected`: the change, already on the driver; `current`: the rows it applies to, when a
+    rescan read them there (then `change` is None)."""
     columns = [f.name for f in table.schema.fields]
     previous, since, app, tag = _output_target(engine, table, step)
     if inserted or deleted:
@@ -575,7 +639,7 @@ def _write_output(engine, table, step: Step, change: DataFrame, base: DataFrame 
                     driver_commits.merge_keyed(target, driver_commits.keyed_rows(rows, columns, key), columns, key,
                                                app, step.seq, tag)
                 elif deleted:
-                    copies = _copies(engine, table, step, change, base, rows, columns)
+                    copies = _copies(engine, table, step, change, base, rows, columns, current)
                     driver_commits.merge_multiset(target, driver_commits.multiset_rows(rows, columns, copies),
                                                   columns, app, step.seq, tag)
                 else:
@@ -587,12 +651,12 @@ def _write_output(engine, table, step: Step, change: DataFrame, base: DataFrame 
     return written if written is not None else max(previous, step.output_version)
 
 
-def _copies(engine, table, step: Step, change: DataFrame, base: DataFrame | None, rows: pa.Table,
-            columns: list[str]) -> dict[tuple, int]:
+def _copies(engine, table, step: Step, change: DataFrame | None, base: DataFrame | None, rows: pa.Table,
+            columns: list[str], current: pa.Table | None = None) -> dict[tuple, int]:
     """The copies the table holds of each row the change deletes: counted on the driver when the
-    refresh read the table's version as Arrow, else by Spark."""
+    step holds the table's rows (`current`) or the refresh read its version as Arrow, else by Spark."""
     reads = getattr(engine, "reads", None)
-    held = reads.snapshot_rows(table.path, step.output_version) \
+    held = current if current is not None else reads.snapshot_rows(table.path, step.output_version) \
         if reads is not None and step.technique == INCREMENTAL and step.output_version >= 0 else None
     if held is None:
         return copies_in(_base(engine, table, step, base), change, columns)

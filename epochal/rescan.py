@@ -43,6 +43,10 @@ CDF_UNAVAILABLE = "CDF_UNAVAILABLE"
 SOURCE_REWRITTEN = "SOURCE_REWRITTEN"
 STATE_MISSING = "STATE_MISSING"
 COST = "COST"
+# detail["state"] of a rescan for COST, which writes the output only, and of the steps after it
+# until one rebuilds the state (epoch._weigh)
+STATE_NOT_KEPT = "not kept"
+NOT_KEPT = "the state was not kept by the rescans for COST before this step"  # the reason's detail when rebuilt
 
 # Delta's error conditions (STACK.md) that mean the change data of a range cannot be read.
 CDF_ERRORS = {
@@ -342,6 +346,8 @@ def state_trigger(engine, table, last) -> Trigger | None:
     if previous and previous != plan_signature(plan):
         return Trigger(STATE_MISSING, "the state tables were built for another plan of this query "
                                       "(the optimizer or engine changed); rebuilding them")
+    if (last.detail or {}).get("state") == STATE_NOT_KEPT:  # the step's cost model decides (epoch._weigh)
+        return None
     absent = sorted(name for name in expected if name not in recorded)
     if absent:
         return Trigger(STATE_MISSING, f"no state version recorded for {', '.join(absent)}")

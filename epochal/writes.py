@@ -188,7 +188,7 @@ def _tagged(rows, seq: int):
 
 # column types delta-rs writes with the Delta type Spark's writer gives them (nested and
 # interval types, CHAR/VARCHAR and NTZ timestamps stay with Spark)
-_DRIVER_WRITE_TYPES = (BooleanType, ByteType, ShortType, IntegerType, LongType, FloatType, DoubleType, DecimalType,
+DRIVER_WRITE_TYPES = (BooleanType, ByteType, ShortType, IntegerType, LongType, FloatType, DoubleType, DecimalType,
                        StringType, BinaryType, DateType, TimestampType)
 
 
@@ -196,10 +196,10 @@ def replace_contents(frame: DataFrame, path: str, app_id: str, seq: int, tag: st
             driver_rows: int = 0, change_data_feed: bool = False) -> bool:
     """Write `frame` as the table's whole contents (Spark's overwrite with overwriteSchema), with
     the step's identity and tag. At most `driver_rows` rows whose columns delta-rs writes as
-    Spark would (_DRIVER_WRITE_TYPES) are collected (one job) and committed by delta-rs: a first
+    Spark would (DRIVER_WRITE_TYPES) are collected (one job) and committed by delta-rs: a first
     epoch's output or state of a small table costs ~20 ms, not a Spark write's second. Returns
     whether it was committed on the driver."""
-    if driver_rows > 0 and all(type(f.dataType) in _DRIVER_WRITE_TYPES for f in frame.schema.fields):
+    if driver_rows > 0 and all(type(f.dataType) in DRIVER_WRITE_TYPES for f in frame.schema.fields):
         frame = frame.persist()  # computed once, whichever writes it
         try:
             rows = frame.limit(driver_rows + 1).toArrow()

@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from epochal import cost
+from epochal import cost, rescan
 from epochal.ledger import COMMITTED, Step
 
 AT = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -54,3 +54,20 @@ def test_explores_after_rescans_for_cost_in_a_row():
     assert cost.estimate(history + costly[:-1], 100).favours_rescan
     assert cost.estimate(history + costly, 100) is None
     assert cost.estimate(history + costly + [step("incremental", 8.0, 100)], 100).favours_rescan
+
+
+def test_the_rebuild_after_rescans_for_cost_counts_as_one_and_the_next_step_explores():
+    """Rescans for cost keep no state: the step that explores rebuilds it (a rescan whose reason
+    says the state was not kept), and the step after that runs incrementally to be measured."""
+    costly = [step("rescan", 2.0, reason="COST: estimated") for _ in range(cost.EXPLORE_AFTER - 1)]
+    rebuilt = step("rescan", 6.0, reason=f"STATE_MISSING: {rescan.NOT_KEPT}, which is to run incrementally")
+    history = [step("rescan", 2.0, reason="FIRST_RUN"), step("incremental", 8.0, 100)]
+    assert cost.estimate(history + costly + [rebuilt], 100) is None
+    assert cost.estimate(history + costly + [rebuilt, step("incremental", 8.0, 100)], 100).favours_rescan
+
+
+def test_a_rescan_is_estimated_without_building_its_state():
+    first = step("rescan", 9.0, reason="FIRST_RUN")
+    first.detail["phases"]["write state"] = 6.0
+    estimate = cost.estimate([first, step("incremental", 4.0, 100)], 100)
+    assert estimate.rescan == pytest.approx(3.0) and estimate.favours_rescan

@@ -224,6 +224,19 @@ def test_cost_model_rescans_a_change_its_history_says_is_cheaper_to_recompute(sp
     assert estimate["rows"] == 400 and estimate["incremental"] > 1.25 * estimate["rescan"], estimate
     steps = engine.table("t").ledger.steps()
     assert [s.status for s in steps if s.epoch == steps[-1].epoch] == ["started", "abandoned", "started", "committed"]
+    # a rescan for COST writes the output only: the state is not kept ...
+    assert (steps[-1].detail["state"], steps[-1].state_versions) == (rescan.STATE_NOT_KEPT, {})
+    a.insert([(2000 + i, "xyz"[i % 3], i, "w") for i in range(400)])
+    again = refreshed(engine)  # ... and the next large change is weighed without it
+    assert_rescan(again, "COST", "400 change rows")
+    # ... until a step is to run incrementally (here: the model is off), which rebuilds the state first
+    engine.cost_model = False
+    a.update("k = 2", {"v": "v + 1"})
+    assert_rescan(refreshed(engine), "STATE_MISSING", rescan.NOT_KEPT)
+    last = engine.table("t").ledger.last_committed()
+    assert "state" not in last.detail and last.state_versions
+    a.update("k = 3", {"v": "v + 1"})
+    assert {r.technique for r in refreshed(engine).values()} == {"incremental"}
 
     for options in ({"cost_model": False}, {"cost_model": True, "strict": True}):
         other = f"{warehouse}/{uuid.uuid4().hex[:8]}"
