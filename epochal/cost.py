@@ -12,8 +12,11 @@ Estimates, each a median so that one step slowed by a busy machine does not deci
 - incremental: the last INCREMENTAL_SEEN incremental steps that computed a change (a step whose
   change consolidated away says nothing of the cost of one that does not), each scaled up by this
   change's rows relative to its own (never down: fixed costs dominate small changes);
-- rescan: the last RESCAN_SEEN rescans, first run included, without the seconds they spent
-  building the state: a rescan for cost writes the output only (epoch._weigh).
+- rescan: the last RESCAN_SEEN rescans for cost (they write the output only, epoch._weigh); before
+  the first, the last rescans of any kind, first run included, without the seconds they spent
+  building the state. Those are timed cold and beside the other tables' first runs, so they
+  overstate: while no rescan for cost was measured, a step whose incremental estimate is at least
+  TRY_RESCAN of the rescan's tries one.
 A rescan is chosen when the incremental estimate exceeds the rescan's by MARGIN, so noise does not
 make a table flap between techniques. After EXPLORE_AFTER rescans for cost in a row, one step runs
 incrementally again, so the incremental estimate follows the table as it changes (a rescan for
@@ -31,6 +34,7 @@ INCREMENTAL_SEEN = 5
 RESCAN_SEEN = 3
 MARGIN = 1.25
 EXPLORE_AFTER = 4
+TRY_RESCAN = 0.5
 
 
 @dataclass(frozen=True)
@@ -43,15 +47,24 @@ class Estimate:
     incremental_seen: int
     rescan_seen: int
     rows: int
+    rescan_measured: bool = True  # whether the rescan estimate rests on rescans for cost
 
     @property
     def favours_rescan(self) -> bool:
-        return self.incremental > MARGIN * self.rescan
+        return self.incremental > MARGIN * self.rescan or self.tries_rescan
+
+    @property
+    def tries_rescan(self) -> bool:
+        """No rescan for cost was measured yet and the incremental step costs at least TRY_RESCAN
+        of the rescans seen (a first run is timed cold, beside every other table's): try one."""
+        return not self.rescan_measured and TRY_RESCAN * self.rescan <= self.incremental <= MARGIN * self.rescan
 
     def as_dict(self) -> dict:
         return {name: round(value, 3) if isinstance(value, float) else value for name, value in asdict(self).items()}
 
     def describe(self, choice: str = "rescanning") -> str:
+        if self.tries_rescan and choice == "rescanning":
+            choice = "no rescan for cost was measured yet, so one is tried"
         return (f"an incremental step of {self.rows} change rows is estimated at {self.incremental:.1f} s "
                 f"(from {self.incremental_seen} past step(s)), a rescan at {self.rescan:.1f} s (from "
                 f"{self.rescan_seen} past rescan(s)); {choice}")
@@ -76,12 +89,13 @@ def estimate(history: list, rows: int) -> Estimate | None:
     if len(recent) == EXPLORE_AFTER and all(_for_cost(s) for s in recent):
         return None
     incremental = [s for s in working if _computed(s)][-INCREMENTAL_SEEN:]
-    rescans = [s for s in working if s.technique == "rescan"][-RESCAN_SEEN:]
+    for_cost = [s for s in working if s.technique == "rescan" and s.reason.startswith(COST)][-RESCAN_SEEN:]
+    rescans = for_cost or [s for s in working if s.technique == "rescan"][-RESCAN_SEEN:]
     if not incremental or not rescans:
         return None
     scaled = [s.seconds * max(1.0, rows / s.rows_read) for s in incremental]
     return Estimate(statistics.median(scaled), statistics.median(_output_seconds(s) for s in rescans),
-                    len(incremental), len(rescans), rows)
+                    len(incremental), len(rescans), rows, bool(for_cost))
 
 
 def _output_seconds(step) -> float:

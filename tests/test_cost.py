@@ -31,9 +31,22 @@ def test_estimates_are_medians_and_scale_up_with_the_change_only():
                step("incremental", 1.0, 100), step("incremental", 50.0, 100), step("incremental", 2.0, 100)]
     small = cost.estimate(history, 10)
     assert (small.incremental, small.rescan, small.incremental_seen, small.rescan_seen) == (2.0, 4.0, 3, 3)
+    assert small.favours_rescan and small.tries_rescan  # 2.0 s is half of 4.0 s: no rescan for cost measured yet
+    assert "one is tried" in small.describe()
+    history.append(step("rescan", 4.0, reason="COST: estimated"))
+    small = cost.estimate(history, 10)
+    assert (small.rescan, small.rescan_seen, small.rescan_measured) == (4.0, 1, True)
     assert not small.favours_rescan
     large = cost.estimate(history, 400)  # 4x the rows of each past step
     assert large.incremental == pytest.approx(8.0) and large.favours_rescan
+
+
+def test_a_rescan_is_tried_only_while_none_for_cost_was_measured_and_the_step_costs_half_of_one():
+    history = [step("rescan", 10.0, reason="FIRST_RUN"), step("incremental", 4.0, 100)]
+    assert not cost.estimate(history, 100).favours_rescan  # 4.0 s is less than half of 10 s
+    assert cost.estimate(history, 150).tries_rescan  # 6.0 s
+    history.append(step("rescan", 7.0, reason="COST: estimated"))  # measured: no more tries
+    assert not cost.estimate(history, 150).favours_rescan
 
 
 def test_steps_whose_change_consolidated_away_are_not_observations():
@@ -43,7 +56,7 @@ def test_steps_whose_change_consolidated_away_are_not_observations():
 
 
 def test_margin_keeps_close_estimates_incremental():
-    history = [step("rescan", 2.0, reason="FIRST_RUN"), step("incremental", 2.4, 100)]
+    history = [step("rescan", 2.0, reason="COST: estimated"), step("incremental", 2.4, 100)]
     assert not cost.estimate(history, 100).favours_rescan
     assert cost.estimate(history, 110).favours_rescan
 
