@@ -16,7 +16,7 @@ Estimates, each a median so that one step slowed by a busy machine does not deci
   the first, the last rescans of any kind, first run included, without the seconds they spent
   building the state. Those are timed cold and beside the other tables' first runs, so they
   overstate: while no rescan for cost was measured, a step whose incremental estimate is at least
-  TRY_RESCAN of the rescan's tries one.
+  TRY_RESCAN of the rescan's tries one (which keeps the state, in case it loses).
 A rescan is chosen when the incremental estimate exceeds the rescan's by MARGIN, so noise does not
 make a table flap between techniques. After EXPLORE_AFTER rescans for cost in a row, one step runs
 incrementally again, so the incremental estimate follows the table as it changes (a rescan for

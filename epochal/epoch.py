@@ -279,7 +279,7 @@ def _execute(engine, table, epoch: Epoch, step: Step, began: float) -> Report:
             if table.strict:
                 raise _strict_refusal(table, reason, epoch, "nothing was written; ") from problem
             detail = {k: v for k, v in step.detail.items() if k != "state"}
-            if isinstance(problem, rescan.Costly) and rescan.stateful_nodes(table.compiled.plan):
+            if isinstance(problem, rescan.Costly) and not problem.keep_state and rescan.stateful_nodes(table.compiled.plan):
                 detail["state"] = rescan.STATE_NOT_KEPT  # only the output is rescanned; see _weigh
             fresh = Step(**{**step.__dict__, "seq": table.ledger.next_seq(), "technique": RESCAN, "reason": reason,
                             "detail": {**detail, **getattr(problem, "detail", {})}})
@@ -400,14 +400,17 @@ def _weigh(engine, table, step: Step, history: list[Step], rows_read: int) -> No
     A rescan for COST writes the output only: building the state costs as much again, and the
     steps after it are likely rescans too. Its state is then not kept (rescan.STATE_NOT_KEPT) until a
     step is to run incrementally (the model expects that cheaper, explores, or is off): that step
-    raises StateMissing instead, and is rescanned with the state."""
+    raises StateMissing instead, and is rescanned with the state. A rescan only tried (no rescan
+    for cost measured yet, cost.Estimate.tries_rescan) keeps the state: if it loses, the table
+    goes back to incremental steps without a rebuild."""
     kept = _keeps_state(step)
     estimate = cost.estimate(history, rows_read) \
         if getattr(engine, "cost_model", False) and not table.strict else None  # the steps come in seq order
     if estimate is not None:
         step.detail["estimate"] = estimate.as_dict()
         if estimate.favours_rescan:
-            raise rescan.Costly(rescan.Trigger(rescan.COST, estimate.describe()), {"estimate": estimate.as_dict()})
+            raise rescan.Costly(rescan.Trigger(rescan.COST, estimate.describe()), {"estimate": estimate.as_dict()},
+                                keep_state=estimate.tries_rescan)
     if not kept:
         raise StateMissing(f"{rescan.NOT_KEPT}, which is to run incrementally"
                            + (f" ({estimate.describe(choice='staying incremental')})" if estimate is not None else ""))

@@ -294,10 +294,11 @@ class Costly(EpochError):
     """The cost model expects a rescan to be cheaper than the incremental step it was asked
     about (found once the step read its change batches): the step is rescanned for `trigger`."""
 
-    def __init__(self, trigger: Trigger, detail: dict | None = None):
+    def __init__(self, trigger: Trigger, detail: dict | None = None, keep_state: bool = False):
         super().__init__(trigger.reason)
         self.trigger = trigger
         self.detail = detail or {}  # for the rescan step's record: the estimates
+        self.keep_state = keep_state  # a rescan tried to be measured keeps it: it may well lose
 
 
 @contextmanager

@@ -248,3 +248,26 @@ def test_cost_model_rescans_a_change_its_history_says_is_cheaper_to_recompute(sp
         refreshed(engine)
         b.insert([(1000 + i, "xyz"[i % 3], i, "w") for i in range(400)])
         assert {r.technique for r in refreshed(engine).values()} == {"incremental"}, options
+
+
+def test_a_rescan_tried_before_any_was_measured_keeps_the_state(spark, warehouse, monkeypatch):
+    """With no rescan for cost measured yet, the model tries one when the incremental step costs
+    a good part of a first run (here: any part, with the margin out of reach). The tried rescan
+    builds the state as well, so when it loses the next step is incremental without a rebuild."""
+    from epochal import cost
+
+    monkeypatch.setattr(cost, "TRY_RESCAN", 0.0)
+    monkeypatch.setattr(cost, "MARGIN", 1e9)
+    root = f"{warehouse}/{uuid.uuid4().hex[:8]}"
+    a = SyntheticSource(spark, f"{root}/sources/a", SCHEMA, ROWS)
+    engine = build(spark, root, cost_model=True)
+    engine.define("d", D, strict=True)
+    engine.refresh()
+    a.update("k = 1", {"v": "v + 1"})
+    assert refreshed(engine)["t"].technique == "incremental"  # no incremental step seen yet
+    a.update("k = 2", {"v": "v + 1"})
+    assert_rescan(refreshed(engine), "COST", "one is tried")
+    tried = engine.table("t").ledger.last_committed()
+    assert "state" not in tried.detail and tried.state_versions, tried.detail
+    a.update("k = 3", {"v": "v + 1"})
+    assert refreshed(engine)["t"].technique == "incremental"  # measured now, and within the margin
