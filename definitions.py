@@ -34,6 +34,7 @@ def build_definitions(
     warehouse: WarehouseResource | None = None,
     spark: SparkResource | None = None,
     sql_folder: Path | str = SQL_FOLDER,
+    cost_model: bool = True,
 ) -> Definitions:
     warehouse = warehouse or WarehouseResource()
     spark = spark or SparkResource()
@@ -48,7 +49,7 @@ def build_definitions(
         resources={
             "spark": spark,
             "warehouse": warehouse,
-            "epochal": EpochalResource(spark=spark, warehouse=warehouse),
+            "epochal": EpochalResource(spark=spark, warehouse=warehouse, cost_model=cost_model),
             "great_expectations": GreatExpectationsResource(),
         },
         executor=in_process_executor,
