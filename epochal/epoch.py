@@ -30,7 +30,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import LongType
 
 from .changes import consolidate, consolidate_rows, quoted, read_snapshot
@@ -54,6 +53,7 @@ from .writes import (
     keyed_source,
     multiset_source,
     DRIVER_WRITE_TYPES,
+    arrow_as,
     replace_contents,
     version_written,
     write_identity,
@@ -499,9 +499,8 @@ def _diff_on_driver(engine, table, full: DataFrame, version: int) -> Diff | None
     computed = full.limit(limit + 1).toArrow()
     if computed.num_rows > limit:
         return None
-    target = to_arrow_schema(table.schema)
-    new = pa.Table.from_arrays([computed.column(i).cast(f.type) for i, f in enumerate(target)], schema=target)
-    old = pa.Table.from_arrays([current.column(f.name).cast(f.type) for f in target], schema=target)
+    new = arrow_as(computed, table.schema)
+    old = arrow_as(current.select(table.schema.names), table.schema)
     weights = [pa.array([1] * new.num_rows, pa.int64()), pa.array([-1] * old.num_rows, pa.int64())]
     change = consolidate_rows(pa.concat_tables([new.append_column(WEIGHT, weights[0]),
                                                 old.append_column(WEIGHT, weights[1])]))

@@ -204,7 +204,7 @@ def replace_contents(frame: DataFrame, path: str, app_id: str, seq: int, tag: st
         try:
             rows = frame.limit(driver_rows + 1).toArrow()
             if rows.num_rows <= driver_rows:
-                driver_commits.replace(path, _arrow_as(rows, frame.schema), app_id, seq, tag, storage_options,
+                driver_commits.replace(path, arrow_as(rows, frame.schema), app_id, seq, tag, storage_options,
                                        change_data_feed)
                 return True
             _spark_replace(frame, path, app_id, seq, tag, change_data_feed)
@@ -222,7 +222,7 @@ def _spark_replace(frame: DataFrame, path: str, app_id: str, seq: int, tag: str,
     write.save(path)
 
 
-def _arrow_as(rows, schema: StructType):
+def arrow_as(rows, schema: StructType):
     """Collected rows with the Arrow types of the Spark schema (a collect's types can differ in
     details: large strings, time zones)."""
     import pyarrow as pa
