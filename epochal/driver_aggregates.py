@@ -90,14 +90,20 @@ def state_types(node: Aggregate, input_types: dict[str, DataType]) -> dict[str, 
     not computed here."""
     from .rules.aggregate import _state_columns
 
+    from .driver_joins import key_type
+
     types = {}
     for agg in node.aggs:
-        if agg.distinct or agg.func == "other":
+        if agg.func == "other":
             return None
         if agg.func == "count_star":
             continue
         arg_type = input_types[agg.arg]
-        if agg.func in ("sum", "avg"):
+        if agg.distinct:  # the number of distinct values, from use counts matched as Spark's join matches
+            if not key_type(arg_type):
+                return None
+            types[f"{agg.name}__n"] = LongType()
+        elif agg.func in ("sum", "avg"):
             total = sum_type(arg_type)
             if total is None or not _summable(arg_type):
                 return None
@@ -119,14 +125,15 @@ def group_change(node: Aggregate, change: pa.Table) -> dict[tuple, dict]:
 
     key_columns = [change.column(k).to_pylist() for k in node.keys]
     weights = change.column(WEIGHT).to_pylist()
-    args = {agg.arg: change.column(agg.arg).to_pylist() for agg in node.aggs if agg.arg is not None}
+    folded = [agg for agg in node.aggs if not agg.distinct]
+    args = {agg.arg: change.column(agg.arg).to_pylist() for agg in folded if agg.arg is not None}
     groups: dict[tuple, dict] = {}
     for i, weight in enumerate(weights):
         key = tuple(column[i] for column in key_columns)
         group = groups.get(key)
         if group is None:
             group = groups[key] = {COUNT: 0, "__neg": 0}
-            for agg in node.aggs:
+            for agg in folded:
                 if agg.func in ("sum", "avg"):
                     group[f"{agg.name}__s"], group[f"{agg.name}__n"] = None, 0
                 elif agg.func == "count":
@@ -136,7 +143,7 @@ def group_change(node: Aggregate, change: pa.Table) -> dict[tuple, dict]:
         group[COUNT] += weight
         if weight < 0:
             group["__neg"] = 1
-        for agg in node.aggs:
+        for agg in folded:
             if agg.func == "count_star":
                 continue
             value = args[agg.arg][i]
@@ -156,6 +163,33 @@ def group_change(node: Aggregate, change: pa.Table) -> dict[tuple, dict]:
                 elif weight < 0:
                     group[f"{agg.name}__neg"] = 1
     return groups
+
+
+def use_count_changes(keys: list[str], arg: str, change: pa.Table) -> dict[tuple, int]:
+    """AggregateRule._distinct_changes' first half in Python: per (group keys..., value) of the
+    change's non-NULL `arg` values, the sum of the weights, where it is not zero."""
+    columns = [change.column(k).to_pylist() for k in keys] + [change.column(arg).to_pylist()]
+    sums: dict[tuple, int] = {}
+    for i, weight in enumerate(change.column(WEIGHT).to_pylist()):
+        key = tuple(column[i] for column in columns)
+        if key[-1] is not None:
+            sums[key] = sums.get(key, 0) + weight
+    return {key: total for key, total in sums.items() if total}
+
+
+def distinct_transitions(counted: dict[tuple, int], old: dict[tuple, dict], count: str
+                         ) -> tuple[dict[tuple, int], dict[tuple, int]]:
+    """Each changed (group..., value)'s use count after the change (`old`: its state row before,
+    absent for a value not held), and per group the change in its number of distinct values: a
+    value counts while its use count is positive."""
+    after, per_group = {}, {}
+    for key, change in counted.items():
+        state = old.get(key)
+        before = (state.get(count) or 0) if state is not None else 0
+        after[key] = before + change
+        step = 1 if before <= 0 < after[key] else -1 if after[key] <= 0 < before else 0
+        per_group[key[:-1]] = per_group.get(key[:-1], 0) + step
+    return after, per_group
 
 
 def extremes_of(node: Aggregate, rows: pa.Table, groups: set[tuple]) -> dict[tuple, dict]:
@@ -183,15 +217,19 @@ def _pick(column: str, extremes: list, values: list):
 
 
 def touched_rows(node: Aggregate, change: pa.Table, old: dict[tuple, dict], input_types: dict[str, DataType],
-                 types: dict[str, DataType], recompute) -> tuple[pa.Table, StructType] | None:
+                 types: dict[str, DataType], recompute, distinct: dict[str, dict[tuple, int]] | None = None
+                 ) -> tuple[pa.Table, StructType] | None:
     """AggregateRule._compute_touched in Python: per touched group, its keys, new state (n__*),
     old state (o__*, NULL for a new group) and the delete markers, as Arrow rows and their Spark
     schema; None where a value would overflow its type. `change` has the input's columns and
     WEIGHT; `old` maps a group key to its state row (state column -> value). A MIN/MAX of a group
     a delete touched is recomputed from `recompute(groups)`: the input's rows (Spark-typed Arrow)
-    of at least those groups as of the epoch's end, or None (then Spark's to compute)."""
+    of at least those groups as of the epoch's end, or None (then Spark's to compute).
+    `distinct`: per COUNT(DISTINCT) aggregate's name, each group's change in its number of
+    distinct values (distinct_transitions; a group absent from it did not change)."""
     from .rules.aggregate import COUNT, _state_columns
 
+    distinct = distinct or {}
     columns = [COUNT] + [s for agg in node.aggs for s in _state_columns(agg)]
     types = {COUNT: LongType(), **types}
     extremes = [agg for agg in node.aggs if agg.func in ("min", "max")]
@@ -213,7 +251,9 @@ def touched_rows(node: Aggregate, change: pa.Table, old: dict[tuple, dict], inpu
                 out[name].append(value)
             for column in columns:
                 before = state.get(column) if state is not None else None
-                if column.endswith("__m"):
+                if column[:-len("__n")] in distinct and column.endswith("__n"):
+                    after = (before or 0) + distinct[column[:-len("__n")]].get(key, 0)
+                elif column.endswith("__m"):
                     neg = group[column[:-len("__m")] + "__neg"]
                     after = recomputed[key][column] if neg else \
                         _pick(column, extremes, [v for v in (before, group[column]) if v is not None])

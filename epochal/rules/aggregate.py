@@ -20,14 +20,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import (DataType, DecimalType, DoubleType, FloatType, IntegralType, LongType, StructField,
-                               StructType)
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import (BooleanType, DataType, DecimalType, DoubleType, FloatType, IntegralType, LongType,
+                               StructField, StructType)
 
 from ..changes import consolidate, null_safe_on, quoted, restrict
 from ..graph import WEIGHT, Aggregate, AggCall, sql
 from ..state import DELETE_FLAG
 from ..context import NEW, OLD
-from ..driver_aggregates import finalized_rows, state_types, sum_type, touched_rows
+from ..driver_aggregates import (distinct_transitions, finalized_rows, state_types, sum_type, touched_rows,
+                                 use_count_changes)
 from ..driver_joins import first_values, key_tuples, key_type, spark_typed
 from .base import Rule
 from .restrict import restricted_snapshot
@@ -263,11 +265,48 @@ class AggregateRule(Rule):
         old = ctx.state.latest_on_driver(ctx.state_name(node), list(node.keys), wanted)
         if old is None:
             return None
-        found = touched_rows(node, rows, old, input_types, types, lambda groups: self._input_on_driver(node, ctx, groups))
+        use_counts, per_group = {}, {}
+        for agg in node.aggs:
+            if agg.distinct:
+                found = self._use_counts_on_driver(node, ctx, agg, rows, input_types)
+                if found is None:
+                    return None
+                use_counts[agg.name], per_group[agg.name] = found
+        found = touched_rows(node, rows, old, input_types, types, lambda groups: self._input_on_driver(node, ctx, groups),
+                             per_group)
         if found is None:
             return None
+        for name, (frame, held, keys) in use_counts.items():  # queued only once the step is the driver's
+            ctx.state.merge(f"{ctx.state_name(node)}_{name}", frame, keys,
+                            checks=[(f"a use count below zero in {ctx.state_name(node)}_{name}", f"`{COUNT}` < 0")],
+                            held=held)
         touched, touched_schema = found
         return ctx.on_driver(ctx.reads.local(ctx.spark, touched, touched_schema), touched, exact=True)
+
+    def _use_counts_on_driver(self, node: Aggregate, ctx, agg: AggCall, rows: pa.Table, input_types: dict):
+        """_distinct_changes in Python over the change's Arrow `rows`: the use-count merge (as a
+        local relation, its Arrow rows with the check's flag, and its keys) and per group the
+        change in the number of distinct values; None where the use counts are Spark's to read."""
+        keys = list(node.keys) + [agg.arg]
+        if agg.arg in node.keys:
+            return None
+        counted = use_count_changes(list(node.keys), agg.arg, rows)
+        old = ctx.state.latest_on_driver(f"{ctx.state_name(node)}_{agg.name}", keys, list(counted))
+        if old is None:
+            return None
+        after, per_group = distinct_transitions(counted, old, COUNT)
+        schema = StructType([StructField(k, input_types[k]) for k in keys] + [StructField(COUNT, LongType())])
+        arrow = to_arrow_schema(schema)
+        try:
+            merged = pa.table([*[pa.array([key[i] for key in after], type=arrow.field(i).type) for i in range(len(keys))],
+                               pa.array(list(after.values()), pa.int64())], schema=arrow)
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):
+            return None
+        count = merged.column(COUNT)
+        held = merged.append_column(DELETE_FLAG, pc.less_equal(count, 0)).append_column("__bad0", pc.less(count, 0))
+        frame = ctx.reads.local(ctx.spark, held.drop_columns(["__bad0"]),
+                                StructType(schema.fields + [StructField(DELETE_FLAG, BooleanType())]))
+        return (frame, held, tuple(keys)), per_group
 
     def _input_on_driver(self, node: Aggregate, ctx, groups: set[tuple]):
         """The input's rows of at least `groups` as of the epoch's end, held exactly on the
