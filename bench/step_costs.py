@@ -4,6 +4,10 @@ counts (Spark jobs, Delta commits and those made on the driver, change reads sha
 input versions read, bytes scanned) printed per table, and the whole epoch's wall seconds.
 
     .venv/bin/python -m bench.step_costs [--epochs 3] [--driver-rows 0] [--parallelism 2] [--conf k=v]
+        [--suite differential|joins|aggregates]
+
+`--suite` picks the definitions: test_differential's (the default) or test_differential_sql's
+joins and subqueries, or aggregates, sets, top-k and windows.
 
 `--driver-rows 0` turns driver commits and shared change batches off (every read and write by
 Spark), to compare the two paths in one session; `--conf` sets a Spark conf when the session
@@ -33,6 +37,7 @@ def main(argv=None) -> None:
     parser.add_argument("--driver-rows", type=int, default=None, help="Engine(driver_rows=...); default the engine's")
     parser.add_argument("--parallelism", type=int, default=2)
     parser.add_argument("--conf", action="append", default=[], help="a Spark SQL conf key=value")
+    parser.add_argument("--suite", choices=["differential", "joins", "aggregates"], default="differential")
     parser.add_argument("--jobs", nargs="*", default=[], metavar="TABLE",
                         help="print each Spark job of these tables' incremental steps (name, ms, stages)")
     arguments = parser.parse_args(argv)
@@ -41,6 +46,10 @@ def main(argv=None) -> None:
     from resources.session import SparkSettings, delta_spark_session
     from tests.support import SyntheticSource
     from tests.test_differential import A_INITIAL, A_SCHEMA, B_INITIAL, B_SCHEMA, DEFINITIONS
+    from tests.test_differential_sql import AGGREGATES_AND_SETS, JOINS_AND_SUBQUERIES
+
+    definitions = {"differential": DEFINITIONS, "joins": JOINS_AND_SUBQUERIES,
+                   "aggregates": AGGREGATES_AND_SETS}[arguments.suite]
 
     confs = dict(pair.split("=", 1) for pair in arguments.conf)
     if arguments.jobs:
@@ -53,7 +62,7 @@ def main(argv=None) -> None:
     engine = Engine(spark, root, parallelism=arguments.parallelism, **options)
     engine.source("a")
     engine.source("b")
-    engine.define_all(DEFINITIONS)
+    engine.define_all(definitions)
     began = time.perf_counter()
     engine.refresh()
     print(f"first epoch: {time.perf_counter() - began:.2f} s (every table computed in full and written)", flush=True)

@@ -1,14 +1,22 @@
 """Integrate (DBSP's integral): keeps its input as a use-count table (count per distinct row), so
 a reader that needs the input as of an epoch's start or end (top-k) reads the state instead of
-recomputing the input. Its change batch is the input's."""
+recomputing the input. Its change batch is the input's.
+
+Where the change is held exactly on the driver and the use counts are small enough for delta-rs
+to read there whole, the counts advance in Arrow and the snapshots are local relations noted as
+held exactly, so a top-k above sorts them on the driver (driver_topk.py) without a Spark job."""
 
 from __future__ import annotations
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import functions as F
-from pyspark.sql.types import LongType
+from pyspark.sql.types import BooleanType, LongType, StructField, StructType
 
-from ..changes import consolidate, null_safe_on, quoted
+from ..changes import consolidate, consolidate_rows, null_safe_on, quoted
 from ..context import NEW, OLD
+from ..driver_joins import key_tuples, spark_typed
+from ..driver_topk import expanded, orderable
 from ..graph import WEIGHT, Integrate
 from ..state import DELETE_FLAG
 from .base import Rule
@@ -34,8 +42,11 @@ class IntegrateRule(Rule):
         return ctx.delta(node.input)
 
     def _counts(self, node: Integrate, ctx):
-        """Per changed row: its use count before and after (state merge queued once)."""
+        """Per changed row: its use count after the change (state merge queued once)."""
         def compute():
+            on_driver = self._counts_on_driver(node, ctx)
+            if on_driver is not None:
+                return on_driver
             columns = list(node.columns)
             change = consolidate(ctx.delta(node.input))
             old = ctx.state.read(ctx.state_name(node), columns, restrict=change)
@@ -56,6 +67,74 @@ class IntegrateRule(Rule):
 
         return ctx.memo(node, "counts", compute)
 
+    def _schema(self, node: Integrate, ctx) -> StructType | None:
+        change = ctx.delta(node.input) if ctx.changed(node) else None
+        schema = change.schema if change is not None else ctx.snapshot(node.input, NEW).schema
+        by_name = {f.name: f for f in schema.fields}
+        fields = [by_name.get(c) for c in node.columns]
+        return StructType(fields) if all(fields) and orderable(StructType(fields)) else None
+
+    def _counts_on_driver(self, node: Integrate, ctx):
+        """_counts in Arrow, where the change is held exactly on the driver and so are the use
+        counts of its rows (read by delta-rs); None where they are Spark's."""
+        if ctx.reads is None:
+            return None
+        change = ctx.delta(node.input)
+        rows = ctx.exact_rows(change)
+        schema = self._schema(node, ctx)
+        if rows is None or schema is None:
+            return None
+        columns = list(node.columns)
+        rows = spark_typed(rows.rename_columns(list(change.columns)), StructType(
+            list(schema.fields) + [StructField(WEIGHT, LongType())]))
+        rows = consolidate_rows(rows) if rows is not None else None
+        if rows is None:
+            return None
+        wanted = key_tuples(rows, columns)
+        old = ctx.state.latest_on_driver(ctx.state_name(node), columns, wanted)
+        if old is None:
+            return None
+        before = [(old[key].get(COUNT) or 0) if key in old else 0 for key in wanted]
+        after = pc.add(pa.array(before, pa.int64()), rows.column(WEIGHT))
+        counts = rows.drop_columns([WEIGHT]).append_column(COUNT, after)
+        held = counts.append_column(DELETE_FLAG, pc.less_equal(after, 0)).append_column("__bad0", pc.less(after, 0))
+        typed = StructType(list(schema.fields) + [StructField(COUNT, LongType())])
+        ctx.state.merge(
+            ctx.state_name(node),
+            ctx.reads.local(ctx.spark, held.drop_columns(["__bad0"]),
+                            StructType(typed.fields + [StructField(DELETE_FLAG, BooleanType())])),
+            tuple(columns),
+            checks=[(f"a use count below zero in {ctx.state_name(node)}", f"`{COUNT}` < 0")],
+            held=held,
+        )
+        return ctx.on_driver(ctx.reads.local(ctx.spark, counts, typed), counts, exact=True)
+
+    def _held_state(self, node: Integrate, ctx, side: str):
+        """_state on the driver: the use counts read whole by delta-rs (and advanced by this
+        epoch's counts for `side` NEW) as a local relation held exactly; None where Spark's."""
+        if ctx.rescan or ctx.reads is None:
+            return None
+        schema = self._schema(node, ctx)
+        if schema is None:
+            return None
+        fresh = None
+        if side == NEW and ctx.changed(node):
+            fresh = ctx.computed_rows(self._counts(node, ctx))
+            if fresh is None:
+                return None
+        columns = list(node.columns)
+        typed = StructType(list(schema.fields) + [StructField(COUNT, LongType())])
+        state = ctx.state.latest_table_on_driver(ctx.state_name(node), columns)
+        state = spark_typed(state, typed) if state is not None else None
+        if state is None:
+            return None
+        if fresh is not None:
+            touched = set(key_tuples(fresh, columns))
+            state = state.filter(pa.array([key not in touched for key in key_tuples(state, columns)], pa.bool_()))
+            state = pa.concat_tables([state, fresh.filter(pc.greater(fresh.column(COUNT), 0)).cast(state.schema)])
+        rows = expanded(state.combine_chunks(), COUNT)
+        return ctx.on_driver(ctx.reads.local(ctx.spark, rows, schema), rows, exact=True)
+
     def _state(self, node: Integrate, ctx, side: str):
         if ctx.rescan:
             return ctx.snapshot(node.input, side).groupBy(*[F.col(quoted(c)) for c in node.columns]).agg(
@@ -72,6 +151,9 @@ class IntegrateRule(Rule):
     def snapshot(self, node: Integrate, ctx, side):
         if ctx.changed(node) and not ctx.rescan:
             self._counts(node, ctx)  # the state must advance even if only snapshots are read
+        held = self._held_state(node, ctx, side)
+        if held is not None:
+            return held
         return _expanded(self._state(node, ctx, side), node.columns)
 
     def build_state(self, node: Integrate, ctx) -> None:

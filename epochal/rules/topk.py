@@ -6,10 +6,13 @@ is deterministic (the recompute appends the same tie-breakers to the ORDER BY)."
 from __future__ import annotations
 
 from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StructField, StructType
 
 from ..changes import quoted
 from ..context import NEW, OLD
-from ..graph import TopK
+from ..driver_joins import spark_typed
+from ..driver_topk import orderable, top_rows, weighted_difference
+from ..graph import WEIGHT, TopK
 from .base import Rule
 from .keyed import weighted
 from ..changes import consolidate
@@ -36,9 +39,29 @@ class TopKRule(Rule):
         return frame.orderBy(*ordering(node)).limit(node.limit)
 
     def delta(self, node: TopK, ctx):
-        new = self._top(node, ctx.snapshot(node.input, NEW))
-        old = self._top(node, ctx.snapshot(node.input, OLD))
+        new_input, old_input = ctx.snapshot(node.input, NEW), ctx.snapshot(node.input, OLD)
+        on_driver = self._delta_on_driver(node, ctx, new_input, old_input)
+        if on_driver is not None:
+            return on_driver
+        new, old = self._top(node, new_input), self._top(node, old_input)
         return consolidate(weighted(new, 1).unionByName(weighted(old, -1)))
+
+    def _delta_on_driver(self, node: TopK, ctx, new_input, old_input):
+        """The delta sorted in Arrow where both sides of the input are held exactly on the
+        driver and Arrow orders every column as Spark does; None where it is Spark's."""
+        if ctx.reads is None or not orderable(new_input.schema) or \
+                not (ctx.held_exactly(new_input) and ctx.held_exactly(old_input)):
+            return None
+        new_rows, old_rows = ctx.exact_rows(new_input), ctx.exact_rows(old_input)
+        columns = list(node.columns)
+        new_rows = spark_typed(new_rows.rename_columns(new_input.columns), new_input.schema)
+        old_rows = spark_typed(old_rows.rename_columns(old_input.columns), new_input.schema)
+        if new_rows is None or old_rows is None:
+            return None
+        change = weighted_difference(top_rows(new_rows.select(columns), list(node.order), node.limit),
+                                     top_rows(old_rows.select(columns), list(node.order), node.limit))
+        schema = StructType([new_input.schema[c] for c in columns] + [StructField(WEIGHT, LongType())])
+        return ctx.on_driver(ctx.reads.local(ctx.spark, change, schema), change, exact=True)
 
     def snapshot(self, node: TopK, ctx, side):
         return self._top(node, ctx.snapshot(node.input, side))
