@@ -18,9 +18,32 @@ class UnionAllRule(Rule):
         return frame.select(*columns, *([F.col(WEIGHT)] if weighted else []))
 
     def delta(self, node: UnionAll, ctx):
-        return union_all([
-            self._renamed(node, part, ctx.delta(part), True) for part in node.parts if ctx.delta(part) is not None
-        ])
+        changed = [part for part in node.parts if ctx.delta(part) is not None]
+        change = union_all([self._renamed(node, part, ctx.delta(part), True) for part in changed])
+        if change is None:
+            return None
+        return self._held(node, ctx, changed, change)
+
+    def _held(self, node: UnionAll, ctx, changed: list, change):
+        """Note the concatenation as held exactly on the driver where every part's change is and
+        all parts have the same types (Spark would widen unlike ones); else Spark's."""
+        import pyarrow as pa
+
+        rows, schemas = [], set()
+        for part in changed:
+            held = ctx.computed_rows(ctx.delta(part))
+            frame = ctx.delta(part)
+            if held is None or held.column_names != [*part.columns, WEIGHT] or frame.columns != held.column_names:
+                return change
+            schemas.add(tuple(f.dataType for f in frame.schema.fields))
+            rows.append(held.rename_columns([*node.columns, WEIGHT]))
+        if len(schemas) != 1:
+            return change
+        try:
+            joined = pa.concat_tables([rows[0], *[r.cast(rows[0].schema) for r in rows[1:]]]).combine_chunks()
+        except (pa.ArrowException, TypeError, ValueError):
+            return change
+        return ctx.on_driver(change, joined, exact=True)
 
     def snapshot(self, node: UnionAll, ctx, side):
         return union_all([self._renamed(node, part, ctx.snapshot(part, side), False) for part in node.parts])
