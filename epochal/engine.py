@@ -44,6 +44,7 @@ from .reclock import Epoch, Remap, Source
 from .rescan import Triggers
 from .sessions import engine_confs, session_confs
 from .storage import check_warehouse
+from .writes import DRIVER_WRITE_TYPES
 from .warehouse import Warehouse, check_name
 
 DRIVER_ROWS = 50_000  # see driver_commits.py; measured in README (Engine: driver commits)
@@ -76,18 +77,27 @@ class _SessionView:
         return getattr(self._engine, name)
 
     def output_frame(self, table: "Table", inputs: dict[str, InputRange], side: str) -> DataFrame:
-        return output_frame(self.spark, table, inputs, side)
+        return output_frame(self.spark, table, inputs, side, self.reads)
 
 
-def output_frame(spark: SparkSession, table: "Table", inputs: dict[str, InputRange], side: str) -> DataFrame:
-    """A table's SQL run in full over its inputs at the given side's versions."""
-    frames = {
-        placeholder: read_snapshot(
-            spark, inputs[name].path, inputs[name].before if side == "before" else inputs[name].after,
-            inputs[name].schema,
-        )
-        for placeholder, name in table.compiled.placeholders.items()
-    }
+def output_frame(spark: SparkSession, table: "Table", inputs: dict[str, InputRange], side: str,
+                 reads: SharedReads | None = None) -> DataFrame:
+    """A table's SQL run in full over its inputs at the given side's versions. With `reads`, an
+    input small enough to be read on the driver (shared by the refresh's steps) is a local
+    relation: Delta's snapshot of a version through Spark costs jobs of its own (the log
+    replayed), most of a small table's rescan."""
+    def read(name: str) -> DataFrame:
+        found = inputs[name]
+        version = found.before if side == "before" else found.after
+        if reads is not None and version >= 0 and found.schema is not None and \
+                all(type(f.dataType) in DRIVER_WRITE_TYPES for f in found.schema.fields):
+            local = reads.snapshot(spark, found.path, version)
+            if local is not None and [(f.name, f.dataType) for f in local.schema.fields] == \
+                    [(f.name, f.dataType) for f in found.schema.fields]:
+                return local
+        return read_snapshot(spark, found.path, version, found.schema)
+
+    frames = {placeholder: read(name) for placeholder, name in table.compiled.placeholders.items()}
     return spark.sql(table.compiled.recompute_sql, **frames)
 
 

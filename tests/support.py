@@ -14,7 +14,9 @@ RELATIVE_TOLERANCE = 1e-9  # DOUBLE sums drift under add and subtract; DECIMAL m
 
 def _normalize(value):
     if isinstance(value, float):
-        if math.isnan(value) or math.isinf(value):
+        if math.isnan(value):
+            return "NaN"  # equal to itself, as Spark's grouping and set operations hold it
+        if math.isinf(value):
             return value
         return float(f"{value:.9g}")  # relative tolerance of ~1e-9
     if isinstance(value, datetime) and value.tzinfo is not None:  # delta-rs: aware; Spark: naive, session zone UTC
