@@ -22,6 +22,7 @@ from epochal.graph import (
     Project,
     Scan,
     UnionAll,
+    Window,
     col,
     render,
 )
@@ -30,6 +31,7 @@ from epochal.optimize.drop_passthrough import drop_passthrough
 from epochal.optimize.flatten_joins import flatten_joins
 from epochal.optimize.fold_constants import fold_constants
 from epochal.optimize.fuse import fuse_filters, fuse_projections
+from epochal.optimize.fuse_windows import fuse_windows
 from epochal.optimize.prune_columns import prune_columns
 from epochal.optimize.push_predicates import push_predicates
 from epochal.optimize.restrict_cogenerators import restrict_cogenerators
@@ -78,6 +80,22 @@ def test_fuse_projections_substitutes_and_keeps_shared_projections():
         Project(columns=("y",), input=inner, exprs=(col("x"),)),
         Project(columns=("z",), input=inner, exprs=(col("x"),))))
     assert all(part.input is inner for part in fuse_projections(shared).parts)  # read twice: kept
+
+
+def test_fuse_windows_joins_one_partitioning_unless_the_outer_reads_the_inner():
+    inner = Window(columns=(*A.columns, "rn"), input=A, partition=("a_g",),
+                   functions=(p("row_number() OVER (PARTITION BY a_g ORDER BY a_v)"),))
+    outer = Window(columns=(*inner.columns, "s"), input=inner, partition=("a_g",),
+                   functions=(p("sum(a_v) OVER (PARTITION BY a_g)"),))
+    fused = fuse_windows(outer)
+    assert isinstance(fused, Window) and fused.input is A and fused.columns == outer.columns
+    assert len(fused.functions) == 2
+    reading = Window(columns=(*inner.columns, "s"), input=inner, partition=("a_g",),
+                     functions=(p("sum(rn) OVER (PARTITION BY a_g)"),))
+    assert fuse_windows(reading) is reading
+    other = Window(columns=(*inner.columns, "s"), input=inner, partition=("a_k",),
+                   functions=(p("sum(a_v) OVER (PARTITION BY a_k)"),))
+    assert fuse_windows(other) is other
 
 
 def test_push_predicates_into_join_inputs_scans_and_below_group_keys():

@@ -8,6 +8,7 @@ from .drop_passthrough import drop_passthrough
 from .flatten_joins import flatten_joins
 from .fold_constants import fold_constants
 from .fuse import fuse_filters, fuse_projections
+from .fuse_windows import fuse_windows
 from .prune_columns import prune_columns
 from .push_predicates import push_predicates
 from .restrict_cogenerators import restrict_cogenerators
@@ -18,6 +19,7 @@ PASSES = (
     push_predicates,
     fuse_filters,
     fuse_projections,
+    fuse_windows,
     drop_passthrough,
     prune_columns,
     restrict_cogenerators,
