@@ -9,6 +9,8 @@ so of two concurrent writers of one key exactly one commits and the other re-rea
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable
@@ -31,6 +33,19 @@ def _literal(value: Any) -> str:
     raise TypeError(f"record keys must be strings, integers or booleans, not {type(value).__name__}")
 
 
+def _commit_stamp(uri: str, version: int) -> tuple[int, int, int] | None:
+    """What identifies the file of a local table's commit `version` (inode, size, modification
+    time), or None where it is missing or the table is not on a local file system."""
+    if "://" in uri and not uri.startswith("file://"):
+        return None
+    path = uri.removeprefix("file://")
+    try:
+        found = os.stat(f"{path}/_delta_log/{version:020d}.json")
+    except OSError:
+        return None
+    return found.st_ino, found.st_size, found.st_mtime_ns
+
+
 @dataclass
 class RecordTable:
     """A Delta table of records with a key; records are only ever added, never changed."""
@@ -40,12 +55,37 @@ class RecordTable:
     key: tuple[str, ...]
     storage_options: dict[str, str] | None = None
     _cache: tuple[int, frozenset[str], list[dict]] | None = field(default=None, repr=False)
+    _opened: threading.local = field(default_factory=threading.local, repr=False, compare=False)
 
     def _open(self) -> DeltaTable | None:
+        """The table at its latest version. Each thread keeps the table it opened and brings it
+        forward by the commits since (delta-rs's update_incremental: a listing, ~2 ms) instead
+        of replaying the log again (~25 ms for a ledger of 150 versions); it opens the table
+        afresh where the commit it last saw is gone or was written again (the table deleted or
+        recreated), or the table is not on a local file system. Not shared between threads: a
+        record write commits against its table's version, which must be the one its reader saw."""
+        held = getattr(self._opened, "table", None)
+        self._opened.table = None
+        if held is not None:
+            table, version, stamp = held
+            if stamp is not None and _commit_stamp(self.uri, version) == stamp:
+                try:
+                    table.update_incremental()
+                except (DeltaError, OSError):
+                    table = None
+                if table is not None:
+                    self._keep(table)
+                    return table
         try:
-            return DeltaTable(self.uri, storage_options=self.storage_options)
+            table = DeltaTable(self.uri, storage_options=self.storage_options)
         except TableNotFoundError:
             return None
+        self._keep(table)
+        return table
+
+    def _keep(self, table: DeltaTable) -> None:
+        version = table.version()
+        self._opened.table = (table, version, _commit_stamp(self.uri, version))
 
     def _create(self) -> DeltaTable:
         try:
