@@ -33,8 +33,11 @@ demo: setup
 	@mkdir -p $(DAGSTER_HOME)
 	@$(BIN)/python -m ops.demo --warehouse $(WAREHOUSE) $(ARGS)
 
+# Two workers (pytest-xdist), each with its own Spark driver, a test file at a time: one driver
+# leaves a core idle while Python plans, commits and waits on its round trips to the JVM.
+TEST_WORKERS ?= 2
 test: setup
-	$(BIN)/python -m pytest -m "not deploy" $(ARGS)
+	$(BIN)/python -m pytest -m "not deploy" -n $(TEST_WORKERS) --dist loadfile $(ARGS)
 
 # MinIO (the S3 deployment test's object store), built from its Go module at a pinned version.
 TOOLS := $(CURDIR)/.tools

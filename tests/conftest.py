@@ -11,11 +11,18 @@ import pytest
 from resources.session import SparkSettings, delta_spark_session
 
 TPCH_LOADED_AT = datetime(2026, 1, 1, tzinfo=timezone.utc)
+# Spark's interpreted evaluation instead of generated code: the tests' plans are many and their
+# data tiny, so generating and compiling code for each new plan (Janino, then the JIT) outweighed
+# running it (the test JVM's CPU over test_differential's first test: 270 s -> 160 s). Results are the same
+# by Spark's contract (its own suites run both modes); `make bench`, `make demo`, the child
+# processes of the crash and concurrency tests and the deployment tests run Spark's defaults.
+TEST_CONFS = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
 
 
 @pytest.fixture(scope="session")
 def spark():
-    session = delta_spark_session(SparkSettings(shuffle_partitions=2, ui=False, driver_memory="8g"))
+    session = delta_spark_session(SparkSettings(shuffle_partitions=2, ui=False, driver_memory="8g",
+                                                extra_conf=TEST_CONFS))
     yield session
     session.stop()
 
@@ -45,6 +52,21 @@ def copy_tpch(tpch_load):
         return destination
 
     return copy
+
+
+def pytest_sessionfinish(session):
+    """Under pytest-xdist (make test), a worker hands its summaries to the controller."""
+    from tests.support import SUMMARIES
+
+    if hasattr(session.config, "workeroutput"):
+        session.config.workeroutput["summaries"] = list(SUMMARIES)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    from tests.support import SUMMARIES
+
+    SUMMARIES.extend(getattr(node, "workeroutput", {}).get("summaries", []))
 
 
 def pytest_terminal_summary(terminalreporter):
