@@ -34,6 +34,7 @@ class SparkSettings:
     driver_memory: str = field(default_factory=lambda: os.environ.get("EPOCHAL_DRIVER_MEMORY", "6g"))
     shuffle_partitions: int = 8
     ui: bool = False
+    # further Spark confs; EPOCHAL_SPARK_CONF ("key=value;key=value") adds to them (settings here win)
     extra_conf: dict[str, str] = field(default_factory=dict)
     # Where the JVM's own output goes (Ivy's resolution report, Spark and Hadoop warnings): None
     # keeps it on this process's stdout and stderr.
@@ -163,6 +164,20 @@ def s3_logstore_jar() -> str:
     return LOGSTORE_JAR
 
 
+def confs_from_environment() -> dict[str, str]:
+    """EPOCHAL_SPARK_CONF's Spark confs: `key=value` pairs separated by semicolons (a value may hold
+    spaces and '=', as spark.driver.extraJavaOptions does)."""
+    confs = {}
+    for pair in os.environ.get("EPOCHAL_SPARK_CONF", "").split(";"):
+        if not pair.strip():
+            continue
+        key, equals, value = pair.partition("=")
+        if not equals or not key.strip():
+            raise SparkStartError(f"EPOCHAL_SPARK_CONF: {pair.strip()!r} is not key=value (pairs are separated by ';')")
+        confs[key.strip()] = value.strip()
+    return confs
+
+
 def storage_options_for(root: str) -> dict[str, str] | None:
     """The delta-rs storage options for a warehouse root: None for a local folder."""
     return ObjectStore().storage_options() if is_s3(root) else None
@@ -222,7 +237,7 @@ def delta_spark_session(settings: SparkSettings | None = None):
         .config("spark.sql.maxPlanStringLength", "100000")
         .config("spark.driver.extraJavaOptions", "-Dlog4j2.level=WARN")
     )
-    extra_conf = dict(settings.extra_conf)
+    extra_conf = {**confs_from_environment(), **settings.extra_conf}
     if settings.s3:
         builder = builder.config("spark.jars.excludes", "software.amazon.awssdk:bundle")
         for key, value in ObjectStore().spark_conf().items():
