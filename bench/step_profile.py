@@ -1,0 +1,81 @@
+"""Where one table's incremental step spends its driver time: TPC-H at a scale, the named queries'
+first epoch, then epochs of the benchmark's change batches, each refresh run one table at a time
+on the main thread under cProfile (wall-clock: a py4j call's time is Spark's, a delta-rs call's
+is delta-rs's). Prints each step's seconds and phases, then the engine functions by cumulative
+seconds over the profiled epochs (the first epoch is not profiled).
+
+    .venv/bin/python -m bench.step_profile 0.1 6 [--epochs 3] [--top 40] [--callers FUNCTION]
+
+`--callers pyspark` lists which engine lines call into a library (pyspark, py4j, deltalake,
+pyarrow), with the seconds spent under them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import time
+from datetime import timedelta
+from pathlib import Path
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.step_profile", description=__doc__.split("\n\n")[0])
+    parser.add_argument("scale", type=float)
+    parser.add_argument("queries", type=int, nargs="+")
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--fraction", type=float, default=0.001)
+    parser.add_argument("--top", type=int, default=40)
+    parser.add_argument("--callers", default=None, help="a library (pyspark, py4j, deltalake, pyarrow): engine lines calling it")
+    parser.add_argument("--work", default="/tmp/epochal-bench")
+    arguments = parser.parse_args(argv)
+
+    from bench.__main__ import LOADED_AT, _engine, _session, _warehouse
+    from ops.changes import ChangeGenerator
+
+    spark = _session("8g")
+    names = [f"tpch_q{q:02d}" for q in arguments.queries]
+    root = _warehouse(spark, Path(arguments.work), arguments.scale, f"profile-{arguments.scale:g}")
+    engine = _engine(spark, root, names)
+    engine.parallelism = 1  # steps on the main thread, where cProfile sees them
+    began = time.perf_counter()
+    engine.refresh(until=LOADED_AT + timedelta(minutes=15))
+    print(f"first epoch: {time.perf_counter() - began:.1f} s")
+    generator = ChangeGenerator(spark, root, seed=11, fraction=arguments.fraction)
+    profile = cProfile.Profile(time.perf_counter)
+    for index in range(1, arguments.epochs + 1):
+        generator.apply_batch(index, LOADED_AT + timedelta(hours=index - 1, minutes=30))
+        until = LOADED_AT + timedelta(hours=index)
+        for name in names:
+            profile.enable()
+            began = time.perf_counter()
+            [report] = engine.refresh([name], until=until, upstream=False)
+            wall = time.perf_counter() - began
+            profile.disable()
+            cost = report.detail.get("cost", {})
+            print(f"epoch {index} {name}: {report.technique} {wall:.3f} s (step {report.seconds:.3f} s) "
+                  f"phases {report.detail.get('phases')} jobs {cost.get('spark_jobs')} "
+                  f"commits {cost.get('delta_commits')}")
+    stats = pstats.Stats(profile)
+    engine_rows = [(func, row) for func, row in stats.stats.items() if "/epochal/" in func[0]]
+    engine_rows.sort(key=lambda item: -item[1][3])
+    print(f"\nengine functions by cumulative seconds over {arguments.epochs} epochs:")
+    for (file, line, function), (calls, _, _, cumulative, _) in engine_rows[:arguments.top]:
+        print(f"  {cumulative:7.3f} s {calls:6d}x  {file.split('/epochal/')[-1]}:{line} {function}")
+    if arguments.callers:
+        print(f"\nengine lines calling {arguments.callers} (seconds under the call):")
+        sites = {}
+        for (file, line, function), (_, _, _, _, callers) in stats.stats.items():
+            if f"/{arguments.callers}/" not in file:
+                continue
+            for (caller_file, caller_line, caller_function), timing in callers.items():
+                if "/epochal/" in caller_file:
+                    key = f"{caller_file.split('/epochal/')[-1]}:{caller_function} -> {function}"
+                    sites[key] = sites.get(key, 0.0) + timing[3]
+        for key, seconds in sorted(sites.items(), key=lambda item: -item[1])[:arguments.top]:
+            print(f"  {seconds:7.3f} s  {key}")
+
+
+if __name__ == "__main__":
+    main()
