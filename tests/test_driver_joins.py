@@ -10,10 +10,12 @@ from collections import Counter
 from datetime import date
 from decimal import Decimal
 
+import pyarrow as pa
 import sqlglot
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
 
 from epochal.driver_joins import join_rows, output_schema, spark_typed
 from epochal.graph import Join, Scan
@@ -63,6 +65,15 @@ def _join(condition: str) -> Join:
                 condition=sqlglot.parse_one(condition, read="spark"))
 
 
+def _held(spark, rows: list[tuple], ddl: str):
+    """(Spark's frame of `rows`, the same rows in Arrow as Spark types them), the Arrow built on the
+    driver: Spark's toArrow of a local relation is a job per input, the join being tested is
+    the only job an example needs."""
+    frame = spark.createDataFrame(rows, ddl)
+    names = frame.schema.names
+    return frame, pa.Table.from_pylist([dict(zip(names, row)) for row in rows], schema=to_arrow_schema(frame.schema))
+
+
 def _bag(table) -> Counter:
     return Counter(zip(*[table.column(c).to_pylist() for c in table.column_names]))
 
@@ -71,12 +82,14 @@ def _bag(table) -> Counter:
 @given(condition=CONDITIONS, start=st.sampled_from([0, 1, 2]), a=_rows(0), b=_rows(1), c=_rows(2))
 def test_a_join_term_on_the_driver_holds_what_sparks_join_holds(spark, condition, start, a, b, c):
     node = _join(condition)
-    frames = {i: spark.createDataFrame(rows, SCHEMAS[i]) for i, rows in enumerate((a, b, c))}
+    held = {i: _held(spark, rows, SCHEMAS[i]) for i, rows in enumerate((a, b, c))}
+    frames, arrows = {i: f for i, (f, _) in held.items()}, {i: t for i, (_, t) in held.items()}
     if start != 0:  # only the term's start carries the weight
-        frames[0] = frames[0].drop("__w")
+        frames[0], arrows[0] = frames[0].drop("__w"), arrows[0].drop_columns(["__w"])
         frames[start] = frames[start].withColumn("__w", F.lit(2).cast("bigint"))
+        arrows[start] = arrows[start].append_column("__w", pa.array([2] * arrows[start].num_rows, pa.int64()))
     schemas = {i: frame.schema for i, frame in frames.items()}
-    rows = join_rows(node, {i: spark_typed(frame.toArrow(), schemas[i]) for i, frame in frames.items()}, schemas, start)
+    rows = join_rows(node, {i: spark_typed(arrows[i], schemas[i]) for i in frames}, schemas, start)
     if rows is None:
         assert "<=>" in condition or "c_f" in condition, f"refused {condition}"
         return
@@ -101,10 +114,10 @@ def test_a_semi_or_anti_join_on_the_driver_keeps_what_sparks_keeps(spark, condit
     from epochal.driver_joins import semi_join_rows
 
     pairs, residual = condition
-    left, right = spark.createDataFrame(a, SCHEMAS[0]), spark.createDataFrame(b, SCHEMAS[1])
+    (left, left_rows), (right, right_rows) = _held(spark, a, SCHEMAS[0]), _held(spark, b, SCHEMAS[1])
     on = " AND ".join([f"{x} = {y}" for x, y in pairs] + ([f"({residual})"] if residual else []))
     expected = left.join(right, on=F.expr(on), how="left_anti" if anti else "left_semi").toArrow()
-    rows = semi_join_rows(spark_typed(left.toArrow(), left.schema), spark_typed(right.toArrow(), right.schema),
+    rows = semi_join_rows(spark_typed(left_rows, left.schema), spark_typed(right_rows, right.schema),
                           left.schema, right.schema, pairs,
                           sqlglot.parse_one(residual, read="spark") if residual else None, anti)
     assert rows is not None, on
@@ -129,10 +142,10 @@ def test_an_outer_join_on_the_driver_holds_what_sparks_holds(spark, condition, s
     from epochal.driver_joins import outer_join_rows
 
     pairs, residual = condition
-    left, right = spark.createDataFrame(a, SCHEMAS[0]), spark.createDataFrame(b, SCHEMAS[1])
+    (left, left_rows), (right, right_rows) = _held(spark, a, SCHEMAS[0]), _held(spark, b, SCHEMAS[1])
     on = " AND ".join([f"{x} = {y}" for x, y in pairs] + ([f"({residual})"] if residual else []))
     expected = left.join(right, on=F.expr(on), how=side).toArrow()
-    rows = outer_join_rows(spark_typed(left.toArrow(), left.schema), spark_typed(right.toArrow(), right.schema),
+    rows = outer_join_rows(spark_typed(left_rows, left.schema), spark_typed(right_rows, right.schema),
                            left.schema, right.schema, pairs,
                            sqlglot.parse_one(residual, read="spark") if residual else None, side)
     assert rows is not None, on
