@@ -1,0 +1,149 @@
+"""A projection's arithmetic computed on the driver, in Arrow, where Arrow's answer is Spark's.
+
+A projection over rows held on the driver (a change batch, a filtered batch) otherwise costs a
+local relation handed to Spark, a select and a collect: about a fifth of a second for TPC-H Q6's
+`l_extendedprice * l_discount`, on every step. Here each output column is a column of the input,
+a numeric literal, or `+`, `-`, `*` (and unary minus) over those, computed exactly:
+
+- decimals: Arrow's sum, difference and product of decimal128 values are exact, of the type
+  Spark gives them when no precision is lost (sum: max(s1, s2) + max(p1 - s1, p2 - s2) + 1
+  digits, product: p1 + p2 + 1); an integer column takes part as Spark's DecimalType.forType
+  (int: decimal(10,0)), an integer literal with its own digits (Spark's minimum-precision
+  literal). The caller gives Spark's result types (analysed once over an empty relation): where
+  a column's Arrow type differs from Spark's (Spark rounded to fit 38 digits, or typed it
+  otherwise) the projection is left to Spark;
+- integers: checked arithmetic; an overflow is left to Spark (ANSI raises, legacy wraps);
+- doubles: IEEE arithmetic, as the JVM's;
+- unary minus of a decimal of more than 34 digits is left to Spark: it negates through Scala's
+  BigDecimal, which rounds to 34 significant digits (found by tests/test_driver_projections.py).
+
+Anything else (division, functions, CASE, casts, strings) returns None: Spark's to compute.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal, InvalidOperation
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from sqlglot import exp
+
+from .driver_filters import INTEGER_DIGITS
+
+_OPERATIONS = {exp.Add: "add_checked", exp.Sub: "subtract_checked", exp.Mul: "multiply_checked"}
+
+
+class _Refused(Exception):
+    """The expression is Spark's to compute."""
+
+
+def _literal(node: exp.Literal) -> pa.Scalar:
+    if node.is_string:
+        raise _Refused
+    text = node.this
+    if text.isdigit():
+        value = int(text)
+        return pa.scalar(value, pa.int32() if value < 2**31 else pa.int64()) if value < 2**63 else _refuse()
+    try:
+        value = Decimal(text)
+    except InvalidOperation:
+        raise _Refused
+    if "e" in text.lower() or not value.is_finite():
+        raise _Refused  # Spark reads 1e1 as a double
+    sign, digits, exponent = value.as_tuple()
+    scale = -exponent
+    precision = max(len(digits), scale)
+    if precision > 38:
+        raise _Refused
+    return pa.scalar(value, pa.decimal128(precision, scale))
+
+
+def _refuse():
+    raise _Refused
+
+
+def _as_decimal(value, arrow_type: pa.DataType):
+    """An integer operand as the decimal Spark widens it to beside a decimal."""
+    if isinstance(value, pa.Scalar) and pa.types.is_integer(arrow_type):
+        digits = len(str(abs(value.as_py())))
+        return pa.scalar(Decimal(value.as_py()), pa.decimal128(digits, 0))
+    if pa.types.is_integer(arrow_type):
+        return pc.cast(value, pa.decimal128(INTEGER_DIGITS[arrow_type.bit_width], 0))
+    return value
+
+
+def _kind(arrow_type: pa.DataType) -> str:
+    if pa.types.is_decimal128(arrow_type):
+        return "decimal"
+    if pa.types.is_integer(arrow_type) and arrow_type.bit_width in INTEGER_DIGITS:
+        return "integer"
+    if pa.types.is_float64(arrow_type):
+        return "double"
+    raise _Refused
+
+
+def _evaluate(node: exp.Expression, rows: pa.Table):
+    """(values, Arrow type): a ChunkedArray for a column's values, a Scalar for a literal."""
+    if isinstance(node, exp.Paren):
+        return _evaluate(node.this, rows)
+    if isinstance(node, exp.Column):
+        if node.name not in rows.column_names:
+            raise _Refused
+        values = rows.column(node.name)
+        _kind(values.type)
+        return values, values.type
+    if isinstance(node, exp.Literal):
+        value = _literal(node)
+        return value, value.type
+    if isinstance(node, exp.Neg):
+        values, arrow_type = _evaluate(node.this, rows)
+        if isinstance(values, pa.Scalar):
+            raise _Refused  # Spark folds -1 into a literal of its own type
+        if _kind(arrow_type) == "decimal" and arrow_type.precision > 34:
+            raise _Refused  # Spark negates a large decimal through Scala's BigDecimal: 34 digits
+        try:
+            result = pc.negate_checked(values)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            raise _Refused
+        return result, result.type
+    operation = _OPERATIONS.get(type(node))
+    if operation is None:
+        raise _Refused
+    (left, left_type), (right, right_type) = _evaluate(node.left, rows), _evaluate(node.right, rows)
+    kinds = {_kind(left_type), _kind(right_type)}
+    if "double" in kinds and kinds != {"double"}:
+        raise _Refused  # Spark's implicit casts to double: left to Spark
+    if kinds == {"decimal", "integer"}:
+        left, right = _as_decimal(left, left_type), _as_decimal(right, right_type)
+    if isinstance(left, pa.Scalar) and isinstance(right, pa.Scalar):
+        raise _Refused  # constant folding: Spark's literal typing
+    try:
+        result = getattr(pc, operation)(left, right)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        raise _Refused  # an overflow, or an operation Arrow does not have for these types
+    if isinstance(result, pa.Scalar):
+        raise _Refused
+    if pa.types.is_decimal256(result.type):
+        raise _Refused  # past 38 digits Spark rounds
+    return result, result.type
+
+
+def driver_project(rows: pa.Table, exprs, names, spark_types: list[pa.DataType],
+                   keep: tuple[str, ...] = ()) -> pa.Table | None:
+    """`rows` projected to `exprs` (sqlglot expressions) named `names`, plus the `keep` columns as
+    they are, or None where one expression is Spark's to compute or its Arrow type would not be
+    Spark's (`spark_types`, the Arrow types of Spark's result columns)."""
+    columns = []
+    for node, spark_type in zip(exprs, spark_types):
+        if isinstance(node, exp.Column) and node.name in rows.column_names:
+            columns.append(rows.column(node.name))  # as it is, whatever its type
+            continue
+        try:
+            values, arrow_type = _evaluate(node, rows)
+        except _Refused:
+            return None
+        if isinstance(values, pa.Scalar) or arrow_type != spark_type:
+            return None
+        columns.append(values)
+    columns += [rows.column(name) for name in keep]
+    return pa.Table.from_arrays(columns, names=[*names, *keep])
