@@ -45,6 +45,8 @@ from .state import StateMissing, StateStore
 from . import driver_commits
 from .driver_commits import OP
 from .driver_joins import spark_typed
+from .rules.base import analysed_schema
+from .shared_reads import lazy_frame
 from .writes import (
     apply_keyed,
     apply_multiset,
@@ -349,14 +351,14 @@ def _compute_and_write_metered(engine, table, step: Step, began: float, meter: M
             refused = partial(rescan.refusals, f"the inputs of {table.name!r} as of this epoch's start")
             with refused():
                 rows = _incremental_rows(table, ctx)
-                change = consolidate(rows)
+                change = _consolidated(ctx, rows)
             base, full, diff = None, None, None  # the version the step starts from: read by _base if a write needs it
         else:
             rows_read = 0
             refused = nullcontext
             change, base, full, diff = _rescan_change(engine, table, inputs, ctx, keep_state=_keeps_state(step))
         with refused():
-            change = change.persist() if change is not None else None
+            change = change.persist() if _made(change) else change
             if diff is not None:
                 collected = Collected(diff.change, {})
             else:
@@ -380,12 +382,26 @@ def _compute_and_write_metered(engine, table, step: Step, began: float, meter: M
         state_versions = _write_states(engine, table, step, state, writes, meter)
         phases.mark("write state")
     finally:
-        if change is not None:
+        if _made(change):
             change.unpersist()
         if ctx is not None:
             ctx.unpersist()
     return _commit(table, step, engine, phases, began, meter, rows_read=rows_read, inserted=inserted,
                    deleted=deleted, output_version=output_version, state_versions=state_versions)
+
+
+def _consolidated(ctx: Context, rows: DataFrame) -> DataFrame:
+    """`rows` consolidated: by Spark, persisted, where they are Spark's; where they are held on
+    the driver (consolidated there when collected), a frame Spark plans only if a write needs it."""
+    if ctx.computed_rows(rows) is None:
+        return consolidate(rows)
+    schema = analysed_schema(ctx.spark, ("consolidate",), consolidate, rows.schema)
+    return lazy_frame(ctx.spark, lambda: consolidate(rows).persist(), schema)
+
+
+def _made(frame: DataFrame | None) -> bool:
+    """Whether `frame` is a Spark plan (not None, nor a frame not yet handed to Spark)."""
+    return frame is not None and getattr(frame, "created", True)
 
 
 def _keeps_state(step: Step) -> bool:
@@ -422,20 +438,21 @@ def _incremental_rows(table, ctx: Context) -> DataFrame:
     plan = table.compiled.plan
     root = ctx.delta(plan)
     _require_state_writes(ctx)
-    rows = root.select(
-        *[F.col(quoted(internal)).cast(field.dataType).alias(field.name)
-          for internal, field in zip(plan.columns, table.schema.fields)],
-        F.col(WEIGHT),
-    )
+
+    def output_of(frame: DataFrame) -> DataFrame:
+        return frame.select(*[F.col(quoted(internal)).cast(field.dataType).alias(field.name)
+                              for internal, field in zip(plan.columns, table.schema.fields)], F.col(WEIGHT))
+
     held = ctx.computed_rows(root)
     types = {f.name: f.dataType for f in root.schema.fields} if held is not None else {}
     if held is not None and all(types.get(internal) == field.dataType
                                 for internal, field in zip(plan.columns, table.schema.fields)):
-        # computed on the driver already, in the table's types: the same rows, without a job
-        typed = spark_typed(held.select([*plan.columns, WEIGHT]).rename_columns(rows.columns), rows.schema)
+        # computed on the driver already, in the table's types: the same rows, without a Spark plan
+        schema = analysed_schema(ctx.spark, ("output", tuple(plan.columns), table.schema.json()), output_of, root.schema)
+        typed = spark_typed(held.select([*plan.columns, WEIGHT]).rename_columns(schema.names), schema)
         if typed is not None:
-            ctx.on_driver(rows, typed, exact=True)
-    return rows
+            return ctx.on_driver(lazy_frame(ctx.spark, lambda: output_of(root), schema), typed, exact=True)
+    return output_of(root)
 
 
 def _require_state_writes(ctx: Context) -> None:

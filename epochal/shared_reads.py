@@ -86,6 +86,14 @@ class LocalFrame(ClassicDataFrame):
         return super().__getattr__(name)  # DataFrame's: a column by name
 
 
+def lazy_frame(spark, create, schema: StructType) -> DataFrame:
+    """`create()`'s frame, of `schema`, created only when Spark first needs it (a LocalFrame);
+    Spark Connect's frames are not classic: created now."""
+    if type(spark).__module__.startswith("pyspark.sql.connect"):
+        return create()
+    return LocalFrame(spark, create, schema)
+
+
 def _files_holding(table, dataset, column: str, values: pa.Array, nulls: bool):
     """`dataset` cut to the files whose min/max statistics of `column` admit one of `values`
     (sorted), or a NULL when `nulls`. pyarrow does not skip files for an `isin` filter, and Delta
@@ -210,9 +218,7 @@ class SharedReads:
         def create() -> DataFrame:
             return spark.createDataFrame(local.cast(to_arrow_schema(shape)), schema=shape)
 
-        if type(spark).__module__.startswith("pyspark.sql.connect"):  # Spark Connect's frames are not classic
-            return create()
-        return LocalFrame(spark, create, shape)
+        return lazy_frame(spark, create, shape)
 
     def local(self, spark, data: pa.Table, schema: StructType) -> DataFrame:
         """Arrow rows whose columns are named as `schema`'s as a local relation of that schema."""

@@ -239,23 +239,27 @@ def write_state(spark, store: StateStore, write: StateWrite, seq: int, app_id: s
     append of at most `driver_rows` rows (counted before, in `write.rows`) is committed on the
     driver (driver_commits.py); returns whether it was."""
     path = store.path(write.name)
-    frame = write.frame
-    if DELETE_FLAG not in frame.columns:
-        frame = frame.withColumn(DELETE_FLAG, F.lit(False))
-    rows = frame.withColumn(SEQ, F.lit(seq).cast(LongType()))
+
+    def tagged_rows() -> DataFrame:  # Spark's plan: not built where the driver commits held rows
+        frame = write.frame
+        if DELETE_FLAG not in frame.columns:
+            frame = frame.withColumn(DELETE_FLAG, F.lit(False))
+        return frame.withColumn(SEQ, F.lit(seq).cast(LongType()))
+
     if write.mode == "overwrite" or DeltaLog.open(path, store.storage_options) is None:
-        return replace_contents(rows.filter(~F.col(DELETE_FLAG)), path, app_id, seq, tag, store.storage_options, driver_rows)
+        return replace_contents(tagged_rows().filter(~F.col(DELETE_FLAG)), path, app_id, seq, tag, store.storage_options,
+                                driver_rows)
     if store.appends_since_compaction(write.name) >= COMPACT_AFTER:
         earlier = spark.read.format("delta").option("versionAsOf", store.versions[write.name]).load(path)
-        compacted = latest(earlier.unionByName(rows), list(write.keys))
+        compacted = latest(earlier.unionByName(tagged_rows()), list(write.keys))
         compacted = compacted.withColumn(DELETE_FLAG, F.lit(False)).withColumn(SEQ, F.lit(seq).cast(LongType()))
         writer(compacted, app_id, seq, tag).mode("overwrite").save(path)
         return False
     if write.rows is not None and write.rows <= driver_rows:
         table = driver_commits.open_unwritten(path, app_id, seq, store.storage_options)
         if table is not None:
-            driver_commits.append(table, _tagged(write.arrow, seq) if write.arrow is not None else rows.toArrow(),
+            driver_commits.append(table, _tagged(write.arrow, seq) if write.arrow is not None else tagged_rows().toArrow(),
                                   app_id, seq, tag, store.storage_options)
         return True
-    writer(rows, app_id, seq, tag).mode("append").save(path)
+    writer(tagged_rows(), app_id, seq, tag).mode("append").save(path)
     return False

@@ -26,12 +26,13 @@ from pyspark.sql.types import (BooleanType, DataType, DecimalType, DoubleType, F
 
 from ..changes import consolidate, null_safe_on, quoted, restrict
 from ..graph import WEIGHT, Aggregate, AggCall, sql
+from ..shared_reads import lazy_frame
 from ..state import DELETE_FLAG
 from ..context import NEW, OLD
 from ..driver_aggregates import (distinct_transitions, finalized_rows, state_types, sum_type, touched_rows,
                                  use_count_changes)
 from ..driver_joins import first_values, key_tuples, key_type, spark_typed
-from .base import Rule
+from .base import Rule, analysed_schema
 from .restrict import restricted_snapshot
 
 COUNT = "__count"
@@ -84,14 +85,17 @@ class AggregateRule(Rule):
         return rule, state
 
     # ---- types -----------------------------------------------------------------------------
-    def _input_type(self, node: Aggregate, ctx, column: str) -> DataType:
+    def _input_schema(self, node: Aggregate, ctx) -> StructType:
         """From the change batch where there is one (a local relation, where the snapshot may be
         a time-travel read Delta must open to say its schema)."""
         def schema():
             change = ctx.delta(node.input) if not ctx.rescan and ctx.changed(node.input) else None
             return (change if change is not None else ctx.snapshot(node.input, NEW)).schema
 
-        return ctx.memo(node, "input_schema", schema)[column].dataType
+        return ctx.memo(node, "input_schema", schema)
+
+    def _input_type(self, node: Aggregate, ctx, column: str) -> DataType:
+        return self._input_schema(node, ctx)[column].dataType
 
     def _sum_type(self, node: Aggregate, ctx, agg: AggCall) -> DataType:
         return ctx.memo(node, f"sum_type:{agg.name}", lambda: sum_type(self._input_type(node, ctx, agg.arg)) or
@@ -233,13 +237,19 @@ class AggregateRule(Rule):
             held = pa.Table.from_arrays(
                 [*[rows.column(k) for k in keys], *[rows.column("n__" + s) for s in state_columns], gone,
                  pc.less(count, 0)], names=[*keys, *state_columns, DELETE_FLAG, "__bad0"])
+        def new_state(frame: DataFrame) -> DataFrame:
+            return frame.select(*[c(k) for k in keys], *[c("n__" + s).alias(s) for s in state_columns],
+                                (~exists).alias(DELETE_FLAG))
+
+        if held is not None:  # Spark's frame only if the state is written by Spark
+            schema = analysed_schema(ctx.spark, ("new state", tuple(keys), tuple(state_columns)), new_state,
+                                     touched.schema)
+            merged = lazy_frame(ctx.spark, lambda: new_state(touched), schema)
+        else:
+            merged = new_state(touched)
         ctx.state.merge(
             ctx.state_name(node),
-            touched.select(
-                *[c(k) for k in keys],
-                *[c("n__" + s).alias(s) for s in state_columns],
-                (~exists).alias(DELETE_FLAG),
-            ),
+            merged,
             tuple(keys),
             checks=[(f"a group count below zero in {ctx.state_name(node)}", f"`{COUNT}` < 0")],
             held=held,
@@ -417,22 +427,30 @@ class AggregateRule(Rule):
         glob = not keys
         existed = c("o__" + COUNT).isNotNull() & ((c("o__" + COUNT) > 0) | F.lit(glob))
         exists = (c("n__" + COUNT) > 0) | F.lit(glob)
-        old_rows = touched.filter(existed).select(
-            *[c(k) for k in keys], *self._finalize(node, ctx, "o__"), F.lit(-1).cast(LongType()).alias(WEIGHT)
-        )
-        new_rows = touched.filter(exists).select(
-            *[c(k) for k in keys], *self._finalize(node, ctx, "n__"), F.lit(1).cast(LongType()).alias(WEIGHT)
-        )
+
+        def change_of(frame: DataFrame) -> DataFrame:
+            old_rows = frame.filter(existed).select(
+                *[c(k) for k in keys], *self._finalize(node, ctx, "o__"), F.lit(-1).cast(LongType()).alias(WEIGHT)
+            )
+            new_rows = frame.filter(exists).select(
+                *[c(k) for k in keys], *self._finalize(node, ctx, "n__"), F.lit(1).cast(LongType()).alias(WEIGHT)
+            )
+            return old_rows.unionByName(new_rows)
+
         if ctx.held_exactly(touched):
             # left unconsolidated (a group whose visible row did not change cancels where the
             # step's change is consolidated, on the driver), which spares the shuffle
-            change = old_rows.unionByName(new_rows)
             rows = ctx.computed_rows(touched)
-            finalized = finalized_rows(node, rows, change.schema) if rows is not None else None
-            if finalized is not None:  # computed in Arrow: a local relation, no job
-                return ctx.on_driver(ctx.reads.local(ctx.spark, finalized, change.schema), finalized, exact=True)
+            if rows is not None:
+                aggregate = (tuple(keys), tuple(a.describe() for a in node.aggs),
+                             self._input_schema(node, ctx).json())
+                schema = analysed_schema(ctx.spark, ("aggregate change", aggregate), change_of, touched.schema)
+                finalized = finalized_rows(node, rows, schema)
+                if finalized is not None:  # computed in Arrow: a local relation, no Spark plan
+                    return ctx.on_driver(ctx.reads.local(ctx.spark, finalized, schema), finalized, exact=True)
+            change = change_of(touched)
             return ctx.on_driver(change, change.toArrow, exact=True)  # Spark's, collected if asked for
-        return consolidate(old_rows.unionByName(new_rows))
+        return consolidate(change_of(touched))
 
     def held_snapshot(self, node: Aggregate, ctx, side: str, column: str | None = None, keys=None) -> DataFrame | None:
         """`snapshot` built on the driver, so the join terms and affected-key recomputes reading

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 from functools import reduce
+from typing import Callable
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructField, StructType
 
 from ..changes import quoted
 from ..graph import WEIGHT, Node, sql
@@ -33,35 +37,80 @@ class Rule:
         return self.rule, self.state
 
 
-def held_through(ctx, frame: DataFrame, below: DataFrame, node: Node) -> DataFrame:
-    """Note `frame` (`node`, a filter or a projection, applied to `below`) as held on the driver
-    where `below` is: filtered there where Arrow decides the predicate as Spark does (then exact
-    when `below` is), renamed where the projection only picks columns. Over exact rows, what Arrow
-    does not compute as Spark does is noted as Spark's rows of `frame`, collected only if an
-    operator above asks for them (one job with no shuffle: `below` is a local relation)."""
+def held_through(ctx, apply: Callable[[DataFrame], DataFrame], below: DataFrame, node: Node,
+                 weighted: bool = False) -> DataFrame:
+    """`apply(below)` (`node`, a filter or a projection, applied to `below`), noted as held on the
+    driver where `below` is: filtered there where Arrow decides the predicate as Spark does (then
+    exact when `below` is), renamed where the projection only picks columns, computed where
+    Arrow's arithmetic is Spark's (driver_projections.py). What the driver computes is a frame
+    Spark builds only if an operator above hands it to Spark: a change held on the driver through
+    its scan, filter, projection and aggregate never becomes a Spark plan. Over exact rows, what
+    Arrow does not compute as Spark does is noted as Spark's rows of the frame, collected only if
+    an operator above asks for them (one job with no shuffle: `below` is a local relation).
+    `weighted`: a projection `apply` keeps the weight column of a change batch."""
     from sqlglot import exp
 
     from ..driver_filters import driver_filter
+    from ..driver_projections import driver_project
     from ..graph import Filter
+    from ..shared_reads import lazy_frame
 
     if not ctx.held_exactly(below):
+        frame = apply(below)
         rows = ctx.rows_on_driver(below)
         if rows is not None and isinstance(node, Filter):
             passing = driver_filter(rows, node.predicate)
             return ctx.on_driver(frame, rows if passing is None else passing)
         return frame
     rows = ctx.computed_rows(below)
+    weight = [WEIGHT] if weighted and rows is not None and WEIGHT in rows.column_names else []
     if rows is None:  # Spark's rows: so are these
         pass
     elif isinstance(node, Filter):
         passing = driver_filter(rows, node.predicate)
         if passing is not None:
-            return ctx.on_driver(frame, passing, exact=True)
+            return ctx.on_driver(lazy_frame(ctx.spark, lambda: apply(below), below.schema), passing, exact=True)
     elif all(isinstance(e, exp.Column) and e.name in rows.column_names for e in node.exprs):
-        weight = [WEIGHT] if WEIGHT in rows.column_names and WEIGHT in frame.columns else []
+        fields = {f.name: f for f in below.schema.fields}
+        schema = StructType([StructField(name, fields[e.name].dataType, fields[e.name].nullable)
+                             for name, e in zip(node.columns, node.exprs)] + [fields[w] for w in weight])
         picked = rows.select([e.name for e in node.exprs] + weight).rename_columns(list(node.columns) + weight)
-        return ctx.on_driver(frame, picked, exact=True)
+        return ctx.on_driver(lazy_frame(ctx.spark, lambda: apply(below), schema), picked, exact=True)
+    else:
+        schema = projected_schema(ctx.spark, apply, below.schema, node, weighted)
+        computed = driver_project(rows, node.exprs, node.columns, list(to_arrow_schema(schema).types), keep=tuple(weight))
+        if computed is not None:
+            return ctx.on_driver(lazy_frame(ctx.spark, lambda: apply(below), schema), computed, exact=True)
+    frame = apply(below)
     return ctx.on_driver(frame, frame.toArrow, exact=True)
+
+
+_ANALYSED: dict[tuple, StructType] = {}
+_ANALYSED_LOCK = threading.Lock()
+_TYPING_CONFS = ("spark.sql.ansi.enabled", "spark.sql.decimalOperations.allowPrecisionLoss",
+                 "spark.sql.legacy.literal.pickMinimumPrecision")
+
+
+def projected_schema(spark, apply, schema: StructType, node: Node, weighted: bool) -> StructType:
+    """The schema of the projection `apply` (of `node`, keeping the weight or not) over rows of `schema`."""
+    key = ("project", tuple(sql(e) for e in node.exprs), tuple(node.columns), weighted)
+    return analysed_schema(spark, key, apply, schema)
+
+
+def analysed_schema(spark, key: tuple, apply: Callable[[DataFrame], DataFrame], schema: StructType) -> StructType:
+    """The schema of `apply` over rows of `schema`, as Spark's analysis types it: analysed once
+    over an empty relation per `key` (what `apply` computes), input schema and typing confs, then
+    remembered: the same operator runs every epoch, and a frame computed on the driver needs its
+    schema but not its Spark plan."""
+    key = (key, schema.json(), tuple(spark.conf.get(c, None) for c in _TYPING_CONFS))
+    found = _ANALYSED.get(key)
+    if found is None:
+        found = apply(spark.createDataFrame([], schema)).schema
+        with _ANALYSED_LOCK:
+            if len(_ANALYSED) >= 4096:
+                _ANALYSED.clear()
+            _ANALYSED[key] = found
+    return found
 
 
 def expr(expression) -> "F.Column":

@@ -12,8 +12,8 @@ class FilterRule(Rule):
 
     def delta(self, node: Filter, ctx):
         below = ctx.delta(node.input)
-        return held_through(ctx, below.filter(expr(node.predicate)), below, node)
+        return held_through(ctx, lambda frame: frame.filter(expr(node.predicate)), below, node)
 
     def snapshot(self, node: Filter, ctx, side):
         below = ctx.snapshot(node.input, side)
-        return held_through(ctx, below.filter(expr(node.predicate)), below, node)
+        return held_through(ctx, lambda frame: frame.filter(expr(node.predicate)), below, node)

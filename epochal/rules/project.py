@@ -18,8 +18,9 @@ class ProjectRule(Rule):
 
     def delta(self, node: Project, ctx):
         below = ctx.delta(node.input)
-        return held_through(ctx, below.select(*self._columns(node), F.col(WEIGHT)), below, node)
+        return held_through(ctx, lambda frame: frame.select(*self._columns(node), F.col(WEIGHT)), below, node,
+                            weighted=True)
 
     def snapshot(self, node: Project, ctx, side):
         below = ctx.snapshot(node.input, side)
-        return held_through(ctx, below.select(*self._columns(node)), below, node)
+        return held_through(ctx, lambda frame: frame.select(*self._columns(node)), below, node)

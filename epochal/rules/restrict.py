@@ -133,14 +133,14 @@ def restricted_snapshot(ctx, node: Node, side: str, column: str, keys) -> DataFr
         return _restricted_semijoin(ctx, node, side, column, keys)
     if isinstance(node, Filter):
         below = restricted_snapshot(ctx, node.input, side, column, keys)
-        return None if below is None else held_through(ctx, below.filter(expr(node.predicate)), below, node)
+        return None if below is None else held_through(ctx, lambda frame: frame.filter(expr(node.predicate)), below, node)
     if isinstance(node, Project):
         expression = dict(zip(node.columns, node.exprs)).get(column)
         if not isinstance(expression, exp.Column):
             return None
         below = restricted_snapshot(ctx, node.input, side, expression.name, keys)
-        return None if below is None else held_through(ctx, below.select(*ctx.rule_for(node)._columns(node)),
-                                                           below, node)
+        return None if below is None else held_through(
+            ctx, lambda frame: frame.select(*ctx.rule_for(node)._columns(node)), below, node)
     if not isinstance(node, Scan) or column not in node.columns:
         return None
     source = ctx.inputs[node.table]
