@@ -164,9 +164,13 @@ def s3_logstore_jar() -> str:
     return LOGSTORE_JAR
 
 
+JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+QUIET_JVM = "-Dlog4j2.level=WARN"
+
+
 def confs_from_environment() -> dict[str, str]:
     """EPOCHAL_SPARK_CONF's Spark confs: `key=value` pairs separated by semicolons (a value may hold
-    spaces and '=', as spark.driver.extraJavaOptions does)."""
+    spaces and '=', as spark.driver.extraJavaOptions does; that one, given twice, adds up)."""
     confs = {}
     for pair in os.environ.get("EPOCHAL_SPARK_CONF", "").split(";"):
         if not pair.strip():
@@ -174,7 +178,8 @@ def confs_from_environment() -> dict[str, str]:
         key, equals, value = pair.partition("=")
         if not equals or not key.strip():
             raise SparkStartError(f"EPOCHAL_SPARK_CONF: {pair.strip()!r} is not key=value (pairs are separated by ';')")
-        confs[key.strip()] = value.strip()
+        key, value = key.strip(), value.strip()
+        confs[key] = f"{confs[key]} {value}" if key == JAVA_OPTIONS and key in confs else value
     return confs
 
 
@@ -235,9 +240,12 @@ def delta_spark_session(settings: SparkSettings | None = None):
         .config("spark.sql.codegen.cache.maxEntries", str(CODEGEN_CACHE_ENTRIES))
         # an incremental plan can be large; never build multi-megabyte plan strings for the UI
         .config("spark.sql.maxPlanStringLength", "100000")
-        .config("spark.driver.extraJavaOptions", "-Dlog4j2.level=WARN")
     )
-    extra_conf = {**confs_from_environment(), **settings.extra_conf}
+    environment = confs_from_environment()
+    extra_conf = {**environment, **settings.extra_conf}
+    # JVM options add to the quiet log level (and the environment's to the caller's), not replace them
+    extra_conf[JAVA_OPTIONS] = " ".join(filter(None, [
+        QUIET_JVM, environment.get(JAVA_OPTIONS), settings.extra_conf.get(JAVA_OPTIONS)]))
     if settings.s3:
         builder = builder.config("spark.jars.excludes", "software.amazon.awssdk:bundle")
         for key, value in ObjectStore().spark_conf().items():

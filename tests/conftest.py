@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 import pytest
 
 from resources.session import SparkSettings, delta_spark_session
+from tests.support import TEST_JAVA_OPTIONS
 
 TPCH_LOADED_AT = datetime(2026, 1, 1, tzinfo=timezone.utc)
 # Spark's interpreted evaluation instead of generated code: the tests' plans are many and their
@@ -16,7 +17,9 @@ TPCH_LOADED_AT = datetime(2026, 1, 1, tzinfo=timezone.utc)
 # running it (the test JVM's CPU over test_differential's first test: 270 s -> 160 s). Results are the same
 # by Spark's contract (its own suites run both modes); `make bench`, `make demo`, the child
 # processes of the crash and concurrency tests and the deployment tests run Spark's defaults.
-TEST_CONFS = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+# TEST_JAVA_OPTIONS: see tests.support.
+TEST_CONFS = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+              "spark.driver.extraJavaOptions": TEST_JAVA_OPTIONS}
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,7 @@ from dagster._core.instance.ref import InstanceRef
 from sqlglot import exp
 
 from ops.tpch import TPCH_TABLES
-from tests.support import assert_matches_recompute
+from tests.support import assert_matches_recompute, child_environment
 from tests.test_dagster_assets import PARTITIONS, TABLES, change_orders, engine_for, write_folder
 
 REPOSITORY = Path(__file__).resolve().parent.parent
@@ -66,8 +66,8 @@ def dagster_dev(tmp_path_factory):
     with the repository's SQL folder and an empty warehouse; yields its GraphQL URL."""
     folder = tmp_path_factory.mktemp("dagster-dev")
     port = free_port()
-    environment = {**os.environ, "DAGSTER_HOME": dagster_home(folder / "home"),
-                   "EPOCHAL_WAREHOUSE": str(folder / "warehouse"), "PYTHONPATH": str(REPOSITORY)}
+    environment = child_environment(DAGSTER_HOME=dagster_home(folder / "home"),
+                                    EPOCHAL_WAREHOUSE=str(folder / "warehouse"), PYTHONPATH=str(REPOSITORY))
     environment.pop("EPOCHAL_SQL_FOLDER", None)
     log = open(folder / "dagster-dev.log", "w")
     process = subprocess.Popen(
@@ -122,8 +122,8 @@ def cli_warehouse(spark, warehouse, copy_tpch, tmp_path_factory):
 def test_the_cli_materializes_a_partition_range(cli_warehouse, tmp_path):
     root, folder = cli_warehouse
     home = dagster_home(tmp_path / "home")
-    environment = {**os.environ, "DAGSTER_HOME": home, "EPOCHAL_WAREHOUSE": root, "EPOCHAL_SQL_FOLDER": str(folder),
-                   "EPOCHAL_DRIVER_MEMORY": "1g", "PYTHONPATH": str(REPOSITORY)}
+    environment = child_environment(DAGSTER_HOME=home, EPOCHAL_WAREHOUSE=root, EPOCHAL_SQL_FOLDER=str(folder),
+                                    EPOCHAL_DRIVER_MEMORY="1g", PYTHONPATH=str(REPOSITORY))
     completed = subprocess.run(
         [DAGSTER, "asset", "materialize", "-m", "definitions", "--select", "open_orders",
          "--partition-range", f"{PARTITIONS[0]}...{PARTITIONS[1]}"],

@@ -74,3 +74,15 @@ def test_sources_observe_their_delta_versions(small_sources):
     assert versions == {**{name: "0" for name in TPCH_TABLES}, "nation": "2", "lineitem": "missing"}
     assert observed["nation"].metadata["delta_version"].value == 2
     assert "load_tpch" in observed["lineitem"].metadata["status"].value
+
+
+def test_spark_confs_from_the_environment_parse_and_java_options_add_up(monkeypatch):
+    from resources.session import SparkStartError, confs_from_environment
+
+    monkeypatch.setenv("EPOCHAL_SPARK_CONF", "spark.a=1; spark.driver.extraJavaOptions=-Da=b -Xss4m;;"
+                                             "spark.driver.extraJavaOptions=-XX:+UseParallelGC")
+    assert confs_from_environment() == {"spark.a": "1",
+                                        "spark.driver.extraJavaOptions": "-Da=b -Xss4m -XX:+UseParallelGC"}
+    monkeypatch.setenv("EPOCHAL_SPARK_CONF", "spark.a=1;spark.b")
+    with pytest.raises(SparkStartError, match="'spark.b' is not key=value"):
+        confs_from_environment()

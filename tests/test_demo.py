@@ -27,6 +27,7 @@ from dagster._core.instance.ref import InstanceRef
 from epochal.clock import utc
 from epochal.ledger import Ledger
 from epochal.warehouse import Warehouse
+from tests.support import child_environment
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 BATCHES = 3  # the first partition is a table's first epoch; 2 and 3 are applied as one epoch
@@ -38,8 +39,8 @@ FIGURES = ("rows_read", "rows_inserted", "rows_deleted", "state_rows", "seconds"
 def demo(tmp_path_factory):
     """(warehouse, terminal output, partition keys of the demo's batches, Dagster instance)."""
     root = str(tmp_path_factory.mktemp("demo") / "warehouse")
-    environment = {**os.environ, "PYTHONPATH": str(REPOSITORY), "PYTHONUNBUFFERED": "1",
-                   "EPOCHAL_DRIVER_MEMORY": os.environ.get("EPOCHAL_DRIVER_MEMORY", "2g")}
+    environment = child_environment(PYTHONPATH=str(REPOSITORY), PYTHONUNBUFFERED="1",
+                                    EPOCHAL_DRIVER_MEMORY=os.environ.get("EPOCHAL_DRIVER_MEMORY", "2g"))
     environment.pop("DAGSTER_HOME", None)  # the demo's default: <warehouse>/.dagster
     completed = subprocess.run(
         [sys.executable, "-m", "ops.demo", "--warehouse", root, "--scale", "0.01", "--batches", str(BATCHES),
