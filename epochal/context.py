@@ -5,6 +5,7 @@ by several join terms is planned once."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Callable
 
 from pyspark.sql import DataFrame, SparkSession
@@ -47,6 +48,10 @@ def state_names(plan: Node, stateful: Callable[[Node], bool]) -> dict[int, str]:
     return names
 
 
+TYPING_CONFS = ("spark.sql.ansi.enabled", "spark.sql.decimalOperations.allowPrecisionLoss",
+                "spark.sql.legacy.literal.pickMinimumPrecision")
+
+
 class Context:
     def __init__(
         self,
@@ -81,6 +86,12 @@ class Context:
         # id(frame) -> (frame, rows, exact): frames whose rows are a subset of an Arrow table on
         # the driver (exact: the same bag of rows)
         self._on_driver: dict[int, tuple[DataFrame, object, bool]] = {}
+
+    @cached_property
+    def typing_confs(self) -> tuple:
+        """The confs that decide Spark's result types (ANSI mode, decimal precision), read once per
+        step: the driver's computations must type their columns as Spark would."""
+        return tuple(self.spark.conf.get(name, None) for name in TYPING_CONFS)
 
     def read_changes(self) -> int:
         """Read every changed scan's change batch once and count it (on the driver where the

@@ -43,7 +43,9 @@ def _literal(node: exp.Literal) -> pa.Scalar:
     text = node.this
     if text.isdigit():
         value = int(text)
-        return pa.scalar(value, pa.int32() if value < 2**31 else pa.int64()) if value < 2**63 else _refuse()
+        if value >= 2**63:
+            raise _Refused  # Spark types it decimal(n, 0)
+        return pa.scalar(value, pa.int32() if value < 2**31 else pa.int64())
     try:
         value = Decimal(text)
     except InvalidOperation:
@@ -56,10 +58,6 @@ def _literal(node: exp.Literal) -> pa.Scalar:
     if precision > 38:
         raise _Refused
     return pa.scalar(value, pa.decimal128(precision, scale))
-
-
-def _refuse():
-    raise _Refused
 
 
 def _as_decimal(value, arrow_type: pa.DataType):

@@ -395,7 +395,7 @@ def _consolidated(ctx: Context, rows: DataFrame) -> DataFrame:
     the driver (consolidated there when collected), a frame Spark plans only if a write needs it."""
     if ctx.computed_rows(rows) is None:
         return consolidate(rows)
-    schema = analysed_schema(ctx.spark, ("consolidate",), consolidate, rows.schema)
+    schema = analysed_schema(ctx, ("consolidate",), consolidate, rows.schema)
     return lazy_frame(ctx.spark, lambda: consolidate(rows).persist(), schema)
 
 
@@ -448,7 +448,7 @@ def _incremental_rows(table, ctx: Context) -> DataFrame:
     if held is not None and all(types.get(internal) == field.dataType
                                 for internal, field in zip(plan.columns, table.schema.fields)):
         # computed on the driver already, in the table's types: the same rows, without a Spark plan
-        schema = analysed_schema(ctx.spark, ("output", tuple(plan.columns), table.schema.json()), output_of, root.schema)
+        schema = analysed_schema(ctx, ("output", tuple(plan.columns), table.schema.json()), output_of, root.schema)
         typed = spark_typed(held.select([*plan.columns, WEIGHT]).rename_columns(schema.names), schema)
         if typed is not None:
             return ctx.on_driver(lazy_frame(ctx.spark, lambda: output_of(root), schema), typed, exact=True)

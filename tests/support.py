@@ -38,6 +38,15 @@ def _normalize(value):
     return value
 
 
+def arrow_rows(rows: list[tuple], schema):
+    """`rows` (tuples in the order of `schema`, a Spark StructType) as the Arrow table Spark's
+    toArrow would give, built on the driver: the tests' inputs without a Spark job each."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return pa.Table.from_pylist([dict(zip(schema.names, row)) for row in rows], schema=to_arrow_schema(schema))
+
+
 def as_multiset(frame) -> Counter:
     return Counter(tuple(_normalize(v) for v in row) for row in frame.collect())
 

@@ -15,12 +15,11 @@ import sqlglot
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import to_arrow_schema
 
 from epochal.driver_joins import join_rows, output_schema, spark_typed
 from epochal.graph import Join, Scan
 from epochal.rules.join import join_frames
-from tests import support  # noqa: F401 - imported while the Delta JAR it reads is there (conftest summary)
+from tests.support import arrow_rows
 
 SCHEMAS = {
     0: "a_k int, a_s string, a_d decimal(10,2), __w bigint",
@@ -70,8 +69,7 @@ def _held(spark, rows: list[tuple], ddl: str):
     driver: Spark's toArrow of a local relation is a job per input, the join being tested is
     the only job an example needs."""
     frame = spark.createDataFrame(rows, ddl)
-    names = frame.schema.names
-    return frame, pa.Table.from_pylist([dict(zip(names, row)) for row in rows], schema=to_arrow_schema(frame.schema))
+    return frame, arrow_rows(rows, frame.schema)
 
 
 def _bag(table) -> Counter:

@@ -16,7 +16,7 @@ from pyspark.errors.exceptions.captured import CapturedException
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from epochal.driver_projections import driver_project
-from tests import support  # noqa: F401 - imported while the Delta JAR it reads is there (conftest summary)
+from tests.support import arrow_rows
 
 SCHEMA = "k int, l bigint, t tinyint, p decimal(12,2), d decimal(12,2), e decimal(19,6), w decimal(38,0), x double, s string"
 NUMERIC = ["k", "l", "t", "p", "d", "e", "w", "x"]
@@ -56,7 +56,7 @@ def _values(column) -> list:
 
 def _held_against_spark(spark, expressions, rows):
     data = spark.createDataFrame(rows, SCHEMA)
-    held = pa.Table.from_pylist([dict(zip(data.columns, row)) for row in rows], schema=to_arrow_schema(data.schema))
+    held = arrow_rows(rows, data.schema)
     try:
         computed = data.selectExpr("k", *[f"{e} AS c{n}" for n, e in enumerate(expressions)])
         types = to_arrow_schema(computed.schema)

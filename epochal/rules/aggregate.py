@@ -242,7 +242,7 @@ class AggregateRule(Rule):
                                 (~exists).alias(DELETE_FLAG))
 
         if held is not None:  # Spark's frame only if the state is written by Spark
-            schema = analysed_schema(ctx.spark, ("new state", tuple(keys), tuple(state_columns)), new_state,
+            schema = analysed_schema(ctx, ("new state", tuple(keys), tuple(state_columns)), new_state,
                                      touched.schema)
             merged = lazy_frame(ctx.spark, lambda: new_state(touched), schema)
         else:
@@ -444,7 +444,7 @@ class AggregateRule(Rule):
             if rows is not None:
                 aggregate = (tuple(keys), tuple(a.describe() for a in node.aggs),
                              self._input_schema(node, ctx).json())
-                schema = analysed_schema(ctx.spark, ("aggregate change", aggregate), change_of, touched.schema)
+                schema = analysed_schema(ctx, ("aggregate change", aggregate), change_of, touched.schema)
                 finalized = finalized_rows(node, rows, schema)
                 if finalized is not None:  # computed in Arrow: a local relation, no Spark plan
                     return ctx.on_driver(ctx.reads.local(ctx.spark, finalized, schema), finalized, exact=True)

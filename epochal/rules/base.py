@@ -77,7 +77,7 @@ def held_through(ctx, apply: Callable[[DataFrame], DataFrame], below: DataFrame,
         picked = rows.select([e.name for e in node.exprs] + weight).rename_columns(list(node.columns) + weight)
         return ctx.on_driver(lazy_frame(ctx.spark, lambda: apply(below), schema), picked, exact=True)
     else:
-        schema = projected_schema(ctx.spark, apply, below.schema, node, weighted)
+        schema = projected_schema(ctx, apply, below.schema, node, weighted)
         computed = driver_project(rows, node.exprs, node.columns, list(to_arrow_schema(schema).types), keep=tuple(weight))
         if computed is not None:
             return ctx.on_driver(lazy_frame(ctx.spark, lambda: apply(below), schema), computed, exact=True)
@@ -87,25 +87,23 @@ def held_through(ctx, apply: Callable[[DataFrame], DataFrame], below: DataFrame,
 
 _ANALYSED: dict[tuple, StructType] = {}
 _ANALYSED_LOCK = threading.Lock()
-_TYPING_CONFS = ("spark.sql.ansi.enabled", "spark.sql.decimalOperations.allowPrecisionLoss",
-                 "spark.sql.legacy.literal.pickMinimumPrecision")
 
 
-def projected_schema(spark, apply, schema: StructType, node: Node, weighted: bool) -> StructType:
+def projected_schema(ctx, apply, schema: StructType, node: Node, weighted: bool) -> StructType:
     """The schema of the projection `apply` (of `node`, keeping the weight or not) over rows of `schema`."""
     key = ("project", tuple(sql(e) for e in node.exprs), tuple(node.columns), weighted)
-    return analysed_schema(spark, key, apply, schema)
+    return analysed_schema(ctx, key, apply, schema)
 
 
-def analysed_schema(spark, key: tuple, apply: Callable[[DataFrame], DataFrame], schema: StructType) -> StructType:
+def analysed_schema(ctx, key: tuple, apply: Callable[[DataFrame], DataFrame], schema: StructType) -> StructType:
     """The schema of `apply` over rows of `schema`, as Spark's analysis types it: analysed once
-    over an empty relation per `key` (what `apply` computes), input schema and typing confs, then
-    remembered: the same operator runs every epoch, and a frame computed on the driver needs its
-    schema but not its Spark plan."""
-    key = (key, schema.json(), tuple(spark.conf.get(c, None) for c in _TYPING_CONFS))
+    over an empty relation per `key` (what `apply` computes), input schema and the step's typing
+    confs (`Context.typing_confs`), then remembered: the same operator runs every epoch, and a
+    frame computed on the driver needs its schema but not its Spark plan."""
+    key = (key, schema.json(), ctx.typing_confs)
     found = _ANALYSED.get(key)
     if found is None:
-        found = apply(spark.createDataFrame([], schema)).schema
+        found = apply(ctx.spark.createDataFrame([], schema)).schema
         with _ANALYSED_LOCK:
             if len(_ANALYSED) >= 4096:
                 _ANALYSED.clear()
