@@ -11,7 +11,9 @@ a numeric literal, or `+`, `-`, `*` (and unary minus) over those, computed exact
   (int: decimal(10,0)), an integer literal with its own digits (Spark's minimum-precision
   literal). The caller gives Spark's result types (analysed once over an empty relation): where
   a column's Arrow type differs from Spark's (Spark rounded to fit 38 digits, or typed it
-  otherwise) the projection is left to Spark;
+  otherwise) the projection is left to Spark. The outermost operation alone may pass 38 digits
+  (TPC-H Q1's `l_extendedprice * (1 - l_discount) * (1 + l_tax)`, decimal(40,6)): computed in
+  decimal256 and fitted to Spark's decimal(38,6) when Spark kept the scale and every value fits;
 - integers: checked arithmetic; an overflow is left to Spark (ANSI raises, legacy wraps);
 - doubles: IEEE arithmetic, as the JVM's;
 - unary minus of a decimal of more than 34 digits is left to Spark: it negates through Scala's
@@ -80,10 +82,18 @@ def _kind(arrow_type: pa.DataType) -> str:
     raise _Refused
 
 
-def _evaluate(node: exp.Expression, rows: pa.Table):
-    """(values, Arrow type): a ChunkedArray for a column's values, a Scalar for a literal."""
+def _wide(value):
+    """A decimal128 operand as decimal256 of the same precision and scale."""
+    wide = pa.decimal256(value.type.precision, value.type.scale)
+    return value.cast(wide) if isinstance(value, pa.Scalar) else pc.cast(value, wide)
+
+
+def _evaluate(node: exp.Expression, rows: pa.Table, top: bool = False):
+    """(values, Arrow type): a ChunkedArray for a column's values, a Scalar for a literal. Only
+    the `top` operation may go past 38 digits (a decimal256 the caller fits to Spark's type): an
+    operand Spark had fitted to 38 digits would be rounded, or null, or raise."""
     if isinstance(node, exp.Paren):
-        return _evaluate(node.this, rows)
+        return _evaluate(node.this, rows, top)
     if isinstance(node, exp.Column):
         if node.name not in rows.column_names:
             raise _Refused
@@ -118,12 +128,28 @@ def _evaluate(node: exp.Expression, rows: pa.Table):
     try:
         result = getattr(pc, operation)(left, right)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        raise _Refused  # an overflow, or an operation Arrow does not have for these types
+        if not (top and pa.types.is_decimal128(left.type) and pa.types.is_decimal128(right.type)):
+            raise _Refused  # an overflow, or an operation Arrow does not have for these types
+        try:  # a result type past 38 digits: computed exactly, then fitted by the caller
+            result = getattr(pc, operation)(_wide(left), _wide(right))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            raise _Refused
     if isinstance(result, pa.Scalar):
         raise _Refused
-    if pa.types.is_decimal256(result.type):
-        raise _Refused  # past 38 digits Spark rounds
     return result, result.type
+
+
+def _fitted(values: pa.ChunkedArray, arrow_type: pa.DataType, spark_type: pa.DataType) -> pa.ChunkedArray | None:
+    """An exact result of more than 38 digits as Spark's decimal(38, s): where Spark kept the scale
+    its value is the exact one when it fits (Spark computes exactly, then fits without rounding);
+    None where Spark rounds (a smaller scale) or the value does not fit (ANSI raises, legacy
+    mode gives NULL: Spark's to say)."""
+    if not pa.types.is_decimal128(spark_type) or spark_type.scale != arrow_type.scale:
+        return None
+    try:
+        return pc.cast(values, spark_type)  # a safe cast: raises where a value does not fit
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
 
 
 def driver_project(rows: pa.Table, exprs, names, spark_types: list[pa.DataType],
@@ -137,10 +163,16 @@ def driver_project(rows: pa.Table, exprs, names, spark_types: list[pa.DataType],
             columns.append(rows.column(node.name))  # as it is, whatever its type
             continue
         try:
-            values, arrow_type = _evaluate(node, rows)
+            values, arrow_type = _evaluate(node, rows, top=True)
         except _Refused:
             return None
-        if isinstance(values, pa.Scalar) or arrow_type != spark_type:
+        if isinstance(values, pa.Scalar):
+            return None
+        if pa.types.is_decimal256(arrow_type):
+            values = _fitted(values, arrow_type, spark_type)
+            if values is None:
+                return None
+        elif arrow_type != spark_type:
             return None
         columns.append(values)
     columns += [rows.column(name) for name in keep]

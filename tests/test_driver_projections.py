@@ -90,9 +90,21 @@ def test_a_projection_on_the_driver_gives_sparks_values_and_types(spark, express
     _held_against_spark(spark, expressions, rows)
 
 
+WIDE_OPERANDS = st.sampled_from(["w", "e", "k", "t", "(p * d)", "(p * (1 - d))", "(e * e)", "(w - k)"])
+WIDE = st.tuples(WIDE_OPERANDS, st.sampled_from(["+", "-", "*"]), WIDE_OPERANDS).map(" ".join)
+
+
+@settings(max_examples=10, deadline=None, derandomize=True)
+@given(expressions=st.lists(WIDE, min_size=5, max_size=5), rows=st.lists(ROW, min_size=1, max_size=8))
+def test_an_outermost_operation_past_38_digits_gives_sparks_values(spark, expressions, rows):
+    """Operands whose sum or product Spark types past 38 digits and fits to decimal(38, s): the
+    driver answers only where Spark keeps the scale and the values fit, and then as Spark does."""
+    _held_against_spark(spark, expressions, rows)
+
+
 @pytest.mark.parametrize("expression", [
     "p * d", "p * (1 - d)", "p * (1 - d) - e * 100", "k + 1", "l * 2 - k", "t + t", "-p", "k * 0.5",
-    "p - 0.05", "x * x - x",
+    "p - 0.05", "x * x - x", "p * (1 - d) * (1 + d)", "w + w", "w * k",
 ])
 def test_the_documented_forms_are_computed_on_the_driver(spark, expression):
     rows = [(1, 2, 3, Decimal("0.05"), Decimal("1.00"), Decimal("2.5"), Decimal(7), 0.5, "a"), (None,) * 9]
@@ -102,10 +114,11 @@ def test_the_documented_forms_are_computed_on_the_driver(spark, expression):
     assert answer.column("c").to_pylist() == data.selectExpr(f"{expression} AS c").toArrow().column("c").to_pylist()
 
 
-@pytest.mark.parametrize("expression", ["k + k", "t * t", "-k", "l * l", "-w"])
+@pytest.mark.parametrize("expression", ["k + k", "t * t", "-k", "l * l", "-w", "w + w", "w * k"])
 def test_what_overflows_in_spark_is_refused(spark, expression):
-    """Spark raises (ANSI) where an integer overflows, and where it negates a decimal of more
-    than 34 digits through Scala's BigDecimal: the driver leaves these to Spark."""
+    """Spark raises (ANSI) where an integer overflows, where a decimal result does not fit 38
+    digits, and where it negates a decimal of more than 34 digits through Scala's BigDecimal:
+    the driver leaves these to Spark."""
     rows = [(2**31 - 1, 2**62, 127, None, None, None, Decimal("9" * 38), None, None)]
     if expression == "-k":
         rows = [(-(2**31), None, None, None, None, None, None, None, None)]
