@@ -93,6 +93,11 @@ class Context:
         step: the driver's computations must type their columns as Spark would."""
         return tuple(self.spark.conf.get(name, None) for name in TYPING_CONFS)
 
+    @property
+    def allows_precision_loss(self) -> bool:
+        """spark.sql.decimalOperations.allowPrecisionLoss (Spark's default: true)."""
+        return (self.typing_confs[1] or "true").strip().lower() == "true"
+
     def read_changes(self) -> int:
         """Read every changed scan's change batch once and count it (on the driver where the
         batch was consolidated there, else persisted and counted by one Spark job); a scan whose

@@ -326,13 +326,70 @@ def latest_table(data: pa.Table, keys: list[str], seq: str, delete_flag: str) ->
     return latest.drop_columns([names[seq.lower()], names[delete_flag.lower()]])
 
 
-def finalized_rows(node: Aggregate, touched: pa.Table, schema: StructType) -> pa.Table | None:
+MAX_PRECISION, MINIMUM_ADJUSTED_SCALE, QUOTIENT_SCALE = 38, 6, 39
+
+
+def division_type(p1: int, s1: int, p2: int, s2: int, allow_precision_loss: bool) -> tuple[int, int]:
+    """(precision, scale) of Spark's decimal(p1,s1) / decimal(p2,s2) (Divide.resultDecimalType)."""
+    if allow_precision_loss:
+        scale = max(MINIMUM_ADJUSTED_SCALE, s1 + p2 + 1)
+        precision = p1 - s1 + s2 + scale
+        if precision <= MAX_PRECISION:
+            return precision, scale
+        return MAX_PRECISION, max(MAX_PRECISION - (precision - scale), min(scale, MINIMUM_ADJUSTED_SCALE))
+    integral = min(MAX_PRECISION, p1 - s1 + s2)
+    fraction = min(MAX_PRECISION, max(MINIMUM_ADJUSTED_SCALE, s1 + p2 + 1))
+    excess = integral + fraction - MAX_PRECISION
+    if excess > 0:
+        fraction -= excess // 2 + 1
+        integral = MAX_PRECISION - fraction
+    return min(MAX_PRECISION, integral + fraction), min(MAX_PRECISION, fraction)
+
+
+def _rounded(value: decimal.Decimal, precision: int, scale: int) -> decimal.Decimal:
+    """`value` rounded half-up to `scale` places (Decimal.toPrecision, a cast); _Unsupported where it
+    does not fit `precision` digits (ANSI raises, legacy mode gives NULL: Spark's to say)."""
+    fitted = value.quantize(decimal.Decimal(1).scaleb(-scale), rounding=decimal.ROUND_HALF_UP, context=EXACT)
+    if fitted.adjusted() >= precision - scale:
+        raise _Unsupported
+    return fitted
+
+
+def decimal_average(total: decimal.Decimal, count: int, sum_precision: int, sum_scale: int,
+                    result: DecimalType, allow_precision_loss: bool) -> decimal.Decimal:
+    """AVG of a decimal as rules.aggregate._average has Spark compute it from the state: the sum
+    (of its sum type) divided by the count as DECIMAL(20,0) (Spark's Decimal division: the
+    quotient cut to 39 places, then rounded half-up to the division's type), then cast half-up to
+    the average's type. Both roundings are Spark's: one half-up rounding of the exact quotient
+    can differ from the two."""
+    precision, scale = division_type(sum_precision, sum_scale, 20, 0, allow_precision_loss)
+    cut = decimal.Context(prec=100, rounding=decimal.ROUND_DOWN)  # 100 digits: past any quotient's 39 places
+    quotient = cut.divide(total, decimal.Decimal(count)).quantize(
+        decimal.Decimal(1).scaleb(-QUOTIENT_SCALE), rounding=decimal.ROUND_DOWN, context=cut)
+    return _rounded(_rounded(quotient, precision, scale), result.precision, result.scale)
+
+
+def finalized_rows(node: Aggregate, touched: pa.Table, schema: StructType,
+                   allow_precision_loss: bool = True) -> pa.Table | None:
     """AggregateRule.delta over touched groups (touched_rows' columns) in Arrow: per group
     -finalize(old state) where it existed, +finalize(new state) where it exists, with `schema`
     (the keys, the aggregates' visible types, WEIGHT). COUNT, SUM, MIN and MAX are read off the
-    state; AVG only where Spark divides doubles (IEEE, as Python does); a decimal AVG (Spark's
-    decimal division and its roundings) or another function is Spark's (None)."""
+    state; AVG of doubles as Spark divides them (IEEE, as Python does), of decimals with Spark's
+    decimal division and roundings (decimal_average; `allow_precision_loss` is the session's
+    spark.sql.decimalOperations.allowPrecisionLoss); another function is Spark's (None)."""
     from .rules.aggregate import COUNT
+
+    def average(agg, total: list, count: list) -> list:
+        result = schema[agg.name].dataType
+        if isinstance(result, DoubleType):
+            if any(isinstance(t, decimal.Decimal) for t in total):
+                raise _Unsupported
+            return [None if not n else float(t) / float(n) for t, n in zip(total, count)]
+        sum_arrow = touched.column(f"o__{agg.name}__s").type
+        if not isinstance(result, DecimalType) or not pa.types.is_decimal128(sum_arrow):
+            raise _Unsupported
+        return [None if not n else decimal_average(t, n, sum_arrow.precision, sum_arrow.scale, result,
+                                                    allow_precision_loss) for t, n in zip(total, count)]
 
     def visible(prefix: str) -> list | None:
         columns = []
@@ -344,19 +401,18 @@ def finalized_rows(node: Aggregate, touched: pa.Table, schema: StructType) -> pa
             elif agg.func in ("sum", "avg"):
                 total = touched.column(f"{prefix}{agg.name}__s").to_pylist()
                 count = touched.column(f"{prefix}{agg.name}__n").to_pylist()
-                if agg.func == "avg" and not isinstance(schema[agg.name].dataType, DoubleType):
-                    return None
-                if agg.func == "avg" and any(isinstance(t, decimal.Decimal) for t in total):
-                    return None
-                columns.append([None if not n else (float(t) / float(n) if agg.func == "avg" else t)
-                                for t, n in zip(total, count)])
+                columns.append(average(agg, total, count) if agg.func == "avg" else
+                               [None if not n else t for t, n in zip(total, count)])
             elif agg.func in ("min", "max"):
                 columns.append(touched.column(f"{prefix}{agg.name}__m").to_pylist())
             else:
                 return None
         return columns
 
-    old, new = visible("o__"), visible("n__")
+    try:
+        old, new = visible("o__"), visible("n__")
+    except _Unsupported:
+        return None
     if old is None or new is None:
         return None
     counts_before = touched.column("o__" + COUNT).to_pylist()

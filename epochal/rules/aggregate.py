@@ -445,7 +445,7 @@ class AggregateRule(Rule):
                 aggregate = (tuple(keys), tuple(a.describe() for a in node.aggs),
                              self._input_schema(node, ctx).json())
                 schema = analysed_schema(ctx, ("aggregate change", aggregate), change_of, touched.schema)
-                finalized = finalized_rows(node, rows, schema)
+                finalized = finalized_rows(node, rows, schema, ctx.allows_precision_loss)
                 if finalized is not None:  # computed in Arrow: a local relation, no Spark plan
                     return ctx.on_driver(ctx.reads.local(ctx.spark, finalized, schema), finalized, exact=True)
             change = change_of(touched)
