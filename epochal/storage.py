@@ -51,13 +51,22 @@ def check_warehouse(root: str, storage_options: dict[str, str] | None) -> None:
         raise StorageUnreachable(_explain(root, where, str(outcome[0]))) from outcome[0]
 
 
+# a connection that never reached the store: whatever else the message holds (a port such as
+# :40443 in the request's URL once read as a 404)
+_NOT_CONNECTED = ("Connection refused", "tcp connect error", "dns error", "Name or service not known",
+                  "No route to host", "timed out")
+_STATUS = re.compile(r"(?<![\w:/.%-])(40[34])(?![\w.])")  # an HTTP status, not digits of a port or a path
+
+
 def _explain(root: str, where: str, error: str) -> str:
     bucket = urlparse(root).netloc
     detail = " ".join(re.sub(r"\x1b\[[0-9;]*m|↳", " ", error).split())[:400]  # no terminal colours
-    if "403" in error or "Forbidden" in error or "InvalidAccessKeyId" in error or "SignatureDoesNotMatch" in error:
+    answered = not any(marker in error for marker in _NOT_CONNECTED)
+    statuses = set(_STATUS.findall(error)) if answered else set()
+    if "403" in statuses or "Forbidden" in error or "InvalidAccessKeyId" in error or "SignatureDoesNotMatch" in error:
         what = (f"{where} refused the credentials (403). Check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
                 f"(or the storage options) and that they may list and write bucket {bucket!r}")
-    elif "404" in error or "NoSuchBucket" in error:
+    elif "404" in statuses or "NoSuchBucket" in error:
         what = (f"bucket {bucket!r} does not exist at {where} (404). Create it, or correct the bucket in "
                 "the warehouse URI")
     else:

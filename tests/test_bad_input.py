@@ -333,3 +333,21 @@ def test_sources_vacuumed_or_log_expired_past_the_last_epoch(spark, root):
     assert {r.technique for r in engine.refresh()} == {"incremental"}
     assert_matches_recompute(engine)
     assert not exactly_once_problems(engine)
+
+
+@pytest.mark.parametrize("error, says", [
+    # CI once: a refused connection to port 40443 read as a 404
+    ("Generic S3 error Error performing list request Error performing GET http://127.0.0.1:40443/bucket?"
+     "delimiter=%2F&list-type=2&prefix=bad%2F in 100ms, after 1 retries - HTTP error error sending request "
+     "client error (Connect) tcp connect error Connection refused (os error 111)", "cannot reach"),
+    ("Error performing GET http://127.0.0.1:40312/bucket?list-type=2 - Client error with status 404 Not Found: "
+     "<Code>NoSuchBucket</Code>", "does not exist"),
+    ("Error performing GET http://127.0.0.1:9404/bucket?list-type=2 - Client error with status 403 Forbidden: "
+     "<Code>SignatureDoesNotMatch</Code>", "refused the credentials"),
+    ("Error performing GET http://127.0.0.1:40443/b404/x?list-type=2 - dns error: failed to lookup", "cannot reach"),
+])
+def test_an_unusable_store_is_named_by_what_answered_not_by_digits_in_its_url(error, says):
+    from epochal.storage import _explain
+
+    message = _explain("s3a://bucket/bad", "http://127.0.0.1:40443", error)
+    assert says in message and "nothing was written" in message, message
