@@ -159,8 +159,10 @@ def run_epochs(spark, warehouse: str, definitions: dict[str, str], epochs, resca
             continue
         assert_matches_recompute(engine, context=f"after epoch {number}: a {a_ops} b {b_ops}")
     # what downstream tables read: every version the engine wrote (by Spark or on the driver) has a
-    # change feed equal to the bag difference of the versions around it
-    problems = [p for name in engine.tables() for p in feed_problems(engine.table(name).path, spark)]
+    # change feed equal to the bag difference of the versions around it. The sources too: their
+    # versions as delta-rs reads them (the oracle's inputs) agree with Spark's feed of them
+    paths = [a.path, b.path] + [engine.table(name).path for name in engine.tables()]
+    problems = [p for path in paths for p in feed_problems(path, spark)]
     assert not problems, "\n".join(problems)
     return every
 
