@@ -56,6 +56,9 @@ def _arguments(argv=None) -> argparse.Namespace:
     parser.add_argument("--driver-rows", type=int, default=None,
                         help="Engine(driver_rows=...): 0 sends every read and write through Spark (the path "
                              "before driver commits and shared reads); default the engine's")
+    parser.add_argument("--source-writer", choices=("delta-rs", "spark"), default="delta-rs",
+                        help="who commits the change batches to the sources (ops.changes.ChangeGenerator's "
+                             "writer; not timed): 'spark' as runs before 2026-11-26 did")
     return parser.parse_args(argv)
 
 
@@ -211,13 +214,13 @@ def _epoch(engine, spark, root: str, generator, index: int, queries: list[str]) 
 
 
 def run_scale(spark, work: Path, scale: float, fraction: float, epochs: int, queries: list[str],
-              driver_rows: int | None = None) -> dict:
+              driver_rows: int | None = None, source_writer: str = "delta-rs") -> dict:
     from ops.changes import ChangeGenerator
 
     root = _warehouse(spark, work, scale, f"run-{scale:g}-{fraction:g}")
     engine = _engine(spark, root, queries, driver_rows)
     first, _ = _timed(lambda: engine.refresh(until=LOADED_AT + timedelta(minutes=15)))
-    generator = ChangeGenerator(spark, root, seed=11, fraction=fraction)
+    generator = ChangeGenerator(spark, root, seed=11, fraction=fraction, writer=source_writer)
     results = []
     for index in range(1, epochs + 1):
         results.append(_epoch(engine, spark, root, generator, index, queries))
@@ -327,7 +330,7 @@ def report_markdown(arguments, runs: list[dict], sweep: list[dict], started: str
              f"Arguments: scales {arguments.scales}, fraction {arguments.fraction}"
              f"{' (same change rows on every scale)' if getattr(arguments, 'same_change_rows', False) else ''}, "
              f"epochs {arguments.epochs}, driver_rows {arguments.driver_rows if arguments.driver_rows is not None else 'default'}, "
-             f"queries {arguments.queries}. One Spark session, local[*] on {os.cpu_count()} cores; per table and "
+             f"queries {arguments.queries}, source writer {getattr(arguments, 'source_writer', 'spark')}. One Spark session, local[*] on {os.cpu_count()} cores; per table and "
              "epoch the incremental epoch and a full recompute-and-overwrite run back to back.", ""]
     for run in runs:
         floors = [e["floor_seconds"] for e in run["epochs"]]
@@ -420,11 +423,13 @@ def main(argv=None) -> None:
     queries = [f"tpch_q{n:02d}" for n in arguments.queries]
     for scale in arguments.scales:
         fraction = arguments.fraction * (arguments.scales[0] / scale if arguments.same_change_rows else 1)
-        runs.append(run_scale(spark, work, scale, fraction, arguments.epochs, queries, arguments.driver_rows))
+        runs.append(run_scale(spark, work, scale, fraction, arguments.epochs, queries, arguments.driver_rows,
+                              arguments.source_writer))
         save()
     sweep_queries = [f"tpch_q{n:02d}" for n in arguments.sweep_queries]
     for fraction in arguments.sweep:
-        sweep.append(run_scale(spark, work, arguments.scales[0], fraction, 1, sweep_queries, arguments.driver_rows))
+        sweep.append(run_scale(spark, work, arguments.scales[0], fraction, 1, sweep_queries, arguments.driver_rows,
+                               arguments.source_writer))
         save()
     text = report_markdown(arguments, runs, sweep, started)
     (out / "report.md").write_text(text)
