@@ -47,6 +47,19 @@ def arrow_rows(rows: list[tuple], schema):
     return pa.Table.from_pylist([dict(zip(schema.names, row)) for row in rows], schema=to_arrow_schema(schema))
 
 
+def local_frame(spark, rows: list[tuple], schema, slices: int = 2):
+    """`rows` as a DataFrame of local data, in `slices` partitions as `parallelize` slices them
+    (a write makes that many files, so a DELETE or UPDATE may leave one alone). Built from Arrow:
+    `createDataFrame` of Python rows is a Python RDD, computed by Python worker processes every
+    time it is read."""
+    import pyarrow as pa
+
+    data = arrow_rows(rows, schema)
+    bounds = [len(rows) * i // slices for i in range(slices + 1)]
+    chunks = [data.slice(low, high - low) for low, high in zip(bounds, bounds[1:]) if high > low]
+    return spark.createDataFrame(pa.concat_tables(chunks) if chunks else data, schema=schema)
+
+
 def as_multiset(frame) -> Counter:
     return Counter(tuple(_normalize(v) for v in row) for row in frame.collect())
 
@@ -165,20 +178,24 @@ def sql_literal(value) -> str:
 
 
 class SyntheticSource:
-    """A small source Delta table with change data feed, changed by real Delta commits."""
+    """A small source Delta table with change data feed, changed by real Delta commits: Spark's
+    writes (of `local_frame`s), DELETE and UPDATE."""
 
     def __init__(self, spark, path: str, schema: str, rows: list[tuple]):
-        self.spark, self.path, self.schema = spark, path, schema
+        self.spark, self.path, self.schema = spark, path, schema  # a test may change the schema (DDL)
         (
-            spark.createDataFrame(rows, schema)
+            self._frame(rows)
             .write.format("delta")
             .option("delta.enableChangeDataFeed", "true")
             .save(path)
         )
 
+    def _frame(self, rows: list[tuple]):
+        return local_frame(self.spark, rows, self.spark.createDataFrame([], self.schema).schema)  # parsed: no job
+
     def insert(self, rows: list[tuple]) -> None:
         if rows:
-            self.spark.createDataFrame(rows, self.schema).write.format("delta").mode("append").save(self.path)
+            self._frame(rows).write.format("delta").mode("append").save(self.path)
 
     def delete(self, condition: str) -> None:
         DeltaTable.forPath(self.spark, self.path).delete(condition)

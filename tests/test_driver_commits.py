@@ -23,7 +23,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 from epochal import driver_commits
 from epochal.graph import WEIGHT
 from epochal.writes import copies_in, keyed_source, multiset_source
-from tests.support import as_multiset, feed_problems
+from tests.support import as_multiset, feed_problems, local_frame
 
 SCHEMA = "k int, g string, d decimal(10,2)"
 COLUMNS = ["k", "g", "d"]
@@ -36,13 +36,14 @@ SETTINGS = settings(max_examples=int(os.environ.get("EPOCHAL_EXAMPLES", "2")) * 
 
 def _create(spark, root: str, rows) -> str:
     path = f"{root}/{uuid.uuid4().hex[:8]}"
-    spark.createDataFrame(rows, SCHEMA).write.format("delta").option("delta.enableChangeDataFeed", "true").save(path)
+    local_frame(spark, rows, spark.createDataFrame([], SCHEMA).schema).write.format("delta") \
+        .option("delta.enableChangeDataFeed", "true").save(path)
     return path
 
 
 def _change_frame(spark, weights: Counter):
     schema = StructType(list(spark.createDataFrame([], SCHEMA).schema.fields) + [StructField(WEIGHT, LongType())])
-    return spark.createDataFrame([(*row, weight) for row, weight in weights.items() if weight], schema)
+    return local_frame(spark, [(*row, weight) for row, weight in weights.items() if weight], schema)
 
 
 @st.composite
