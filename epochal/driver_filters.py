@@ -216,6 +216,9 @@ def _expression(node: exp.Expression, types: dict[str, pa.DataType]) -> pc.Expre
         values = pa.array([_scalar(item, arrow_type).as_py() for item in node.expressions], arrow_type)
         # NULL IN (...) is NULL, where is_in says false
         return _call("if_else", [value.is_null(), pa.scalar(None, pa.bool_()), value.isin(values)])
+    if isinstance(node, exp.Like) and node.args.get("negate"):  # sqlglot's `x NOT LIKE p`
+        return _call("invert", [_expression(exp.Like(this=node.this, expression=node.expression,
+                                                     escape=node.args.get("escape")), types)])
     if isinstance(node, exp.Like) and not node.args.get("escape"):
         operand = _operand(node.this, types)
         kind, pattern = _literal(node.expression)

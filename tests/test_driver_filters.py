@@ -76,7 +76,8 @@ def new_atoms(draw) -> str:
         values = ", ".join(draw(st.lists(STRING_LITERALS, min_size=1, max_size=3)))
         return f"{slice_} {'NOT ' if form == 'not in' else ''}IN ({values})"
     if form == "like":
-        return f"{slice_} LIKE '{draw(st.sampled_from(['a%', '%a', '%é%', '😀', '%']))}'"
+        negated = "NOT " if draw(st.booleans()) else ""
+        return f"{slice_} {negated}LIKE '{draw(st.sampled_from(['a%', '%a', '%é%', '😀', '%']))}'"
     return f"{slice_} {op} {draw(st.sampled_from(['s', slice_]))}"
 
 
@@ -103,7 +104,7 @@ def atoms(draw) -> str:
     if form == "new":
         return draw(new_atoms())
     pattern = draw(st.sampled_from(["a%", "%a", "%b%", "ab", "%", "a_", "%a%b%", "a%b", "%.%(%", "%%"]))
-    return f"s LIKE '{pattern}'"
+    return f"s {'NOT ' if draw(st.booleans()) else ''}LIKE '{pattern}'"  # sqlglot: Like(negate=True)
 
 
 def predicates(atom) -> st.SearchStrategy:
@@ -188,7 +189,7 @@ def test_substring_at_every_position_and_length_is_sparks(spark):
 
 @pytest.mark.parametrize("predicate", [
     "k = 1", "1 < k", "k <> j", "d BETWEEN 0.05 AND 2", "d = 2.0", "day >= CAST('1995-01-01' AS DATE)",
-    "s LIKE 'a%'", "s LIKE '%a'", "s LIKE '%b%'", "s LIKE '%a%b%'", "s LIKE 'a%b'", "k IN (1, 2)", "NOT k IN (1, 2)", "s IS NULL",
+    "s LIKE 'a%'", "s LIKE '%a'", "s LIKE '%b%'", "s LIKE '%a%b%'", "s LIKE 'a%b'", "s NOT LIKE '%a%b%'", "k IN (1, 2)", "NOT k IN (1, 2)", "s IS NULL",
     "b = TRUE", "(k > 0 OR s IS NULL) AND NOT (d < 0)",
     "k < l", "d = e", "k <> d", "t <= e", "w > l", "SUBSTRING(s, 1, 2) IN ('ab', 'ba')", "SUBSTR(s, -1) = 'b'",
     "SUBSTRING(s, 0, 1) LIKE 'a%'", "SUBSTRING(s, 2) < s", "NOT SUBSTRING(s FROM 2 FOR 1) IN ('b')",
