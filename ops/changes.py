@@ -233,6 +233,19 @@ def _key_ranges(plan: "_TablePlan", table: str) -> list[tuple[int, int]]:
     return [(min(keys), max(keys)) for keys in first_keys if keys]
 
 
+def _merge_condition(plan: "_TablePlan", table: str, quote) -> str:
+    """The MERGE's condition: the primary key, and the leading key within the ranges the batch
+    touches (target-only: the writer skips the files outside them). `quote` quotes a column name
+    in the writer's SQL."""
+    keys = PRIMARY_KEYS[table]
+    condition = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in keys)
+    key_ranges = _key_ranges(plan, table)
+    if key_ranges:
+        condition += " AND (" + " OR ".join(
+            f"t.{quote(keys[0])} BETWEEN {low} AND {high}" for low, high in key_ranges) + ")"
+    return condition
+
+
 class ChangeGenerator:
     """Applies hourly change batches to the TPC-H sources of a warehouse.
 
@@ -509,12 +522,7 @@ class ChangeGenerator:
             schema=schema.append(pa.field(ACTION, pa.string(), nullable=False)),
         )
         every_column = {f'"{c}"': f's."{c}"' for c in names}
-        condition = " AND ".join(f't."{k}" = s."{k}"' for k in keys)
-        key_ranges = _key_ranges(plan, table)
-        if key_ranges:
-            condition += " AND (" + " OR ".join(
-                f't."{keys[0]}" BETWEEN {low} AND {high}' for low, high in key_ranges
-            ) + ")"
+        condition = _merge_condition(plan, table, lambda name: f'"{name}"')
         metrics = (
             target.merge(source, condition, source_alias="s", target_alias="t", streamed_exec=False,
                          commit_properties=CommitProperties(custom_metadata={"userMetadata": meta}))
@@ -554,12 +562,7 @@ class ChangeGenerator:
         )
         source = self.spark.createDataFrame(rows, source_schema)
         every_column = {c: f"s.`{c}`" for c in names}
-        condition = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
-        key_ranges = _key_ranges(plan, table)
-        if key_ranges:  # target-only: Delta skips the files outside these ranges
-            condition += " AND (" + " OR ".join(
-                f"t.`{keys[0]}` BETWEEN {low} AND {high}" for low, high in key_ranges
-            ) + ")"
+        condition = _merge_condition(plan, table, lambda name: f"`{name}`")
         merge = (
             target.alias("t")
             .merge(source.alias("s"), condition)

@@ -119,14 +119,13 @@ class Oracle:
         from pyspark.sql.pandas.types import to_arrow_schema
 
         from epochal.changes import read_snapshot
+        from epochal.shared_reads import SharedReads
 
         spark = self.engine.spark
         if version >= 0:
             try:
                 table = DeltaTable(path, version=version, storage_options=self.engine.storage_options)
-                configuration = table.metadata().configuration
-                if str(configuration.get("delta.columnMapping.mode", "none")).lower() == "none" and \
-                        str(configuration.get("delta.enableDeletionVectors", "false")).lower() != "true":
+                if SharedReads._plain(table):  # read as Spark reads it: no column mapping, no deletion vectors
                     data = table.to_pyarrow_table(columns=schema.names)
                     # one chunk: PySpark's createDataFrame drops the rows after an empty chunk
                     return spark.createDataFrame(data.combine_chunks().cast(to_arrow_schema(schema)), schema=schema)
