@@ -294,6 +294,14 @@ class Opaque(Node):
         return self.construct
 
 
+def single_row(node: Node) -> bool:
+    """Whether `node` always has exactly one row: a global aggregate (a scalar subquery's value),
+    seen through the projections and filters above it (a filter may drop the row: at most one)."""
+    while isinstance(node, (Project, Filter)):
+        node = node.input
+    return isinstance(node, Aggregate) and not node.keys
+
+
 def walk(root: Node) -> Iterator[Node]:
     """Every node once, inputs before the nodes that read them."""
     seen: set[int] = set()

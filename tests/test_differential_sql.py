@@ -6,12 +6,17 @@ and refills a join partner)."""
 
 from __future__ import annotations
 
+import logging
+import re
+import uuid
 from decimal import Decimal
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.test_differential import EPOCH, SLOW, run_epochs
+from epochal import Engine
+from tests.support import SyntheticSource, assert_matches_recompute
+from tests.test_differential import A_SCHEMA, B_SCHEMA, EPOCH, SLOW, run_epochs
 
 JOINS_AND_SUBQUERIES = {
     "left_outer": "SELECT a.k, a.g, b.name FROM a LEFT JOIN b ON a.k = b.k",
@@ -78,3 +83,37 @@ def test_top_k_over_an_aggregate_advances_the_aggregate_state(spark, warehouse):
         ([("bump_value", None), ("insert_duplicate", (None, "y", None, Decimal("0.72")))], [("delete_key", 2)]),
     ]
     run_epochs(spark, warehouse, {name: AGGREGATES_AND_SETS[name] for name in ("top_groups", "per_group")}, epochs)
+
+
+def test_a_moved_scalar_reaches_the_anti_join_as_the_rows_it_moved_past(spark, warehouse, monkeypatch):
+    """TPC-H Q22's shape. When a scalar subquery's value moves, its join with the rows above it
+    changes by every such row twice (with the old value, and with the new); projected without
+    the value, those cancel but for the rows that crossed it, so the anti-join above recomputes
+    those keys only, not every row above the value."""
+    from epochal.rules import project
+
+    seen = []
+
+    def consolidated(ctx, change):
+        merged = real(ctx, change)
+        seen.append((change.count(), merged.count()))
+        return merged
+
+    real = project.consolidated
+    monkeypatch.setattr(project, "consolidated", consolidated)
+    root = f"{warehouse}/{uuid.uuid4().hex[:8]}"
+    a = SyntheticSource(spark, f"{root}/sources/a", A_SCHEMA, [(k, "xy"[k % 2], k, Decimal("1.00")) for k in range(200)])
+    SyntheticSource(spark, f"{root}/sources/b", B_SCHEMA, [(k, "one", 1.0) for k in range(0, 200, 7)])
+    engine = Engine(spark, root, cost_model=False)
+    engine.source("a")
+    engine.source("b")
+    engine.define("above", "SELECT g, count(*) AS n, sum(v) AS s FROM a WHERE v > (SELECT avg(v) FROM a WHERE v > 0) "
+                           "AND NOT EXISTS (SELECT 1 FROM b WHERE b.k = a.k) GROUP BY g")
+    engine.refresh()
+    a.update("k = 0", {"v": "300"})  # the average goes 100 -> 101: v = 101 falls below it, v = 300 rises above
+    [report] = engine.refresh()
+    assert report.technique == "incremental"
+    assert_matches_recompute(engine, context="after the average moved")
+    # the join's change: the new rows above the old average (100 of them) out and above the new
+    # one (99) in, and k = 0's new row against the old average in; consolidated: k = 101 out, k = 0 in
+    assert seen == [(100 + 99 + 1, 2)], seen

@@ -1,12 +1,49 @@
 """Projection with deterministic expressions: applied to each change row, weights pass through.
-Rows that become equal are not merged here; the next consolidation sums their weights."""
+Rows that become equal are not merged here; the next consolidation sums their weights, except
+above a join whose scalar side changed (`drops_changed_scalar`), where they are merged at once."""
 
 from __future__ import annotations
 
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from ..graph import WEIGHT, Project
+from ..changes import consolidate, consolidate_rows
+from ..graph import WEIGHT, Filter, Join, Project, columns_in, single_row
 from .base import Rule, expr, held_through
+
+
+def drops_changed_scalar(node: Project, ctx) -> bool:
+    """Whether `node` projects away the value of a changed scalar subquery joined below it.
+
+    A join with a single-row input (a scalar subquery's value, compared with a column) changes,
+    when that value changes, by every partner row twice: once with the old value (weight -1) and
+    once with the new (+1). Once the value is projected away the two copies are equal rows and
+    cancel but for the rows whose comparison flipped (TPC-H Q22: 21,562 customers either side of
+    the average balance -> the few between the old average and the new)."""
+    below = node.input
+    while isinstance(below, Filter):
+        below = below.input
+    if not isinstance(below, Join):
+        return False
+    kept = set().union(*(columns_in(e) for e in node.exprs)) if node.exprs else set()
+    return any(single_row(part) and ctx.changed(part) and not kept & set(part.columns) for part in below.parts)
+
+
+def consolidated(ctx, change: DataFrame) -> DataFrame:
+    """`change` consolidated now: on the driver where it is held there, else by Spark and, when
+    it is small, collected as a local relation, so the operators above may compute on the driver."""
+    rows = ctx.computed_rows(change)
+    if rows is not None:
+        merged = consolidate_rows(rows)
+        if merged is not None:
+            return ctx.on_driver(ctx.reads.local(ctx.spark, merged, change.schema), merged, exact=True)
+    merged = consolidate(change)
+    limit = getattr(ctx.reads, "driver_rows", 0) if ctx.reads is not None else 0
+    if limit > 0:
+        collected = merged.limit(limit + 1).toArrow()
+        if collected.num_rows <= limit:
+            return ctx.on_driver(ctx.reads.local(ctx.spark, collected, merged.schema), collected, exact=True)
+    return ctx.materialize(merged)
 
 
 class ProjectRule(Rule):
@@ -18,8 +55,11 @@ class ProjectRule(Rule):
 
     def delta(self, node: Project, ctx):
         below = ctx.delta(node.input)
-        return held_through(ctx, lambda frame: frame.select(*self._columns(node), F.col(WEIGHT)), below, node,
-                            weighted=True)
+        change = held_through(ctx, lambda frame: frame.select(*self._columns(node), F.col(WEIGHT)), below, node,
+                              weighted=True)
+        if change is not None and drops_changed_scalar(node, ctx):
+            return consolidated(ctx, change)
+        return change
 
     def snapshot(self, node: Project, ctx, side):
         below = ctx.snapshot(node.input, side)
