@@ -39,8 +39,10 @@ def main(argv=None) -> None:
         recompute = _recompute_seconds(engine, name, root)
         cost = again.detail.get("cost", {})
         phases = ", ".join(f"{k} {v:.1f}" for k, v in again.detail.get("phases", {}).items())
+        first_phases = ", ".join(f"{k} {v:.1f}" for k, v in first.detail.get("phases", {}).items())
         print(f"{name:<10} {first.seconds:>9.1f} {again.seconds:>7.1f} {recompute:>9.1f}  {phases}; "
-              f"{cost.get('spark_jobs')} jobs, {cost.get('delta_commits')} commits", flush=True)
+              f"{cost.get('spark_jobs')} jobs, {cost.get('delta_commits')} commits (first run: {first_phases})",
+              flush=True)
         for i, value in enumerate((first.seconds, again.seconds, recompute)):
             totals[i] += value
     print(f"{'all':<10} {totals[0]:>9.1f} {totals[1]:>7.1f} {totals[2]:>9.1f}")

@@ -26,27 +26,32 @@ def test_no_estimate_without_a_step_of_each_kind():
 
 
 def test_estimates_are_medians_and_scale_up_with_the_change_only():
-    history = [step("rescan", 9.0, reason="FIRST_RUN"), step("rescan", 3.0, reason="REQUESTED"),
+    history = [step("rescan", 14.0, reason="FIRST_RUN"), step("rescan", 3.0, reason="REQUESTED"),
                step("rescan", 4.0, reason="REQUESTED"),
                step("incremental", 1.0, 100), step("incremental", 50.0, 100), step("incremental", 2.0, 100)]
     small = cost.estimate(history, 10)
+    # the first run's 14 s count as 14 / FIRST_RUN_OVERSTATES = 10 s: the median rescan is 4 s
     assert (small.incremental, small.rescan, small.incremental_seen, small.rescan_seen) == (2.0, 4.0, 3, 3)
-    assert small.favours_rescan and small.tries_rescan  # 2.0 s is half of 4.0 s: no rescan for cost measured yet
-    assert "one is tried" in small.describe()
+    assert not small.favours_rescan and not small.tries_rescan
+    assert cost.estimate(history, 300).tries_rescan  # 6 s against 4 s, and no rescan for cost measured yet
+    assert "one is tried" in cost.estimate(history, 300).describe()
     history.append(step("rescan", 4.0, reason="COST: estimated"))
     small = cost.estimate(history, 10)
     assert (small.rescan, small.rescan_seen, small.rescan_measured) == (4.0, 1, True)
     assert not small.favours_rescan
     large = cost.estimate(history, 400)  # 4x the rows of each past step
-    assert large.incremental == pytest.approx(8.0) and large.favours_rescan
+    assert large.incremental == pytest.approx(8.0) and large.favours_rescan and not large.tries_rescan
 
 
-def test_a_rescan_is_tried_only_while_none_for_cost_was_measured_and_the_step_costs_half_of_one():
-    history = [step("rescan", 10.0, reason="FIRST_RUN"), step("incremental", 4.0, 100)]
-    assert not cost.estimate(history, 100).favours_rescan  # 4.0 s is less than half of 10 s
-    assert cost.estimate(history, 150).tries_rescan  # 6.0 s
-    history.append(step("rescan", 7.0, reason="COST: estimated"))  # measured: no more tries
-    assert not cost.estimate(history, 150).favours_rescan
+def test_a_first_run_counts_for_less_than_a_rescan_and_a_rescan_is_tried_only_past_the_margin():
+    history = [step("rescan", 14.0, reason="FIRST_RUN"), step("incremental", 4.0, 100)]
+    estimate = cost.estimate(history, 100)
+    assert estimate.rescan == pytest.approx(14.0 / cost.FIRST_RUN_OVERSTATES)
+    assert not estimate.favours_rescan  # 4 s against 10 s
+    assert not cost.estimate(history, 300).favours_rescan  # 12 s: within the margin of 10 s
+    assert cost.estimate(history, 350).tries_rescan  # 14 s
+    history.append(step("rescan", 12.0, reason="COST: estimated"))  # measured: no more tries
+    assert not cost.estimate(history, 350).favours_rescan
 
 
 def test_steps_whose_change_consolidated_away_are_not_observations():
@@ -83,4 +88,4 @@ def test_a_rescan_is_estimated_without_building_its_state():
     first = step("rescan", 9.0, reason="FIRST_RUN")
     first.detail["phases"]["write state"] = 6.0
     estimate = cost.estimate([first, step("incremental", 4.0, 100)], 100)
-    assert estimate.rescan == pytest.approx(3.0) and estimate.favours_rescan
+    assert estimate.rescan == pytest.approx(3.0 / cost.FIRST_RUN_OVERSTATES) and estimate.favours_rescan

@@ -220,16 +220,21 @@ def test_cost_model_rescans_a_change_its_history_says_is_cheaper_to_recompute(sp
     assert first["t"].technique == "incremental", first["t"].reason
     a.insert([(1000 + i, "xyz"[i % 3], i, "w") for i in range(400)])
     reports = refreshed(engine)
-    assert_rescan(reports, "COST", "400 change rows", "rescanning")
+    assert_rescan(reports, "COST", "400 change rows", "one is tried")
     estimate = reports["t"].detail["estimate"]
     assert estimate["rows"] == 400 and estimate["incremental"] > 1.25 * estimate["rescan"], estimate
     steps = engine.table("t").ledger.steps()
     assert [s.status for s in steps if s.epoch == steps[-1].epoch] == ["started", "abandoned", "started", "committed"]
-    # a rescan for COST writes the output only: the state is not kept ...
-    assert (steps[-1].detail["state"], steps[-1].state_versions) == (rescan.STATE_NOT_KEPT, {})
+    # the first rescan for COST rests on the first run only: it is tried, and keeps the state
+    assert "state" not in steps[-1].detail and steps[-1].state_versions, steps[-1].detail
     a.insert([(2000 + i, "xyz"[i % 3], i, "w") for i in range(400)])
-    again = refreshed(engine)  # ... and the next large change is weighed without it
-    assert_rescan(again, "COST", "400 change rows")
+    again = refreshed(engine)
+    assert_rescan(again, "COST", "400 change rows", "rescanning")
+    # measured now: a rescan for COST writes the output only, the state is not kept ...
+    last = engine.table("t").ledger.last_committed()
+    assert (last.detail["state"], last.state_versions) == (rescan.STATE_NOT_KEPT, {})
+    a.insert([(3000 + i, "xyz"[i % 3], i, "w") for i in range(400)])
+    assert_rescan(refreshed(engine), "COST", "400 change rows")  # ... and the next large change is weighed without it
     # ... until a step is to run incrementally (here: the model is off), which rebuilds the state first
     engine.cost_model = False
     a.update("k = 2", {"v": "v + 1"})
@@ -251,13 +256,12 @@ def test_cost_model_rescans_a_change_its_history_says_is_cheaper_to_recompute(sp
 
 
 def test_a_rescan_tried_before_any_was_measured_keeps_the_state(spark, warehouse, monkeypatch):
-    """With no rescan for cost measured yet, the model tries one when the incremental step costs
-    a good part of a first run (here: any part, with the margin out of reach). The tried rescan
-    builds the state as well, so when it loses the next step is incremental without a rebuild."""
+    """With no rescan for cost measured yet, the model tries one when the first run, discounted,
+    estimates it cheaper (here: always). The tried rescan builds the state as well, so when it
+    loses (here: the margin is then out of reach) the next step is incremental without a rebuild."""
     from epochal import cost
 
-    monkeypatch.setattr(cost, "TRY_RESCAN", 0.0)
-    monkeypatch.setattr(cost, "MARGIN", 1e9)
+    monkeypatch.setattr(cost, "FIRST_RUN_OVERSTATES", 1e9)
     root = f"{warehouse}/{uuid.uuid4().hex[:8]}"
     a = SyntheticSource(spark, f"{root}/sources/a", SCHEMA, ROWS)
     engine = build(spark, root, cost_model=True)
@@ -269,5 +273,6 @@ def test_a_rescan_tried_before_any_was_measured_keeps_the_state(spark, warehouse
     assert_rescan(refreshed(engine), "COST", "one is tried")
     tried = engine.table("t").ledger.last_committed()
     assert "state" not in tried.detail and tried.state_versions, tried.detail
+    monkeypatch.setattr(cost, "MARGIN", 1e9)
     a.update("k = 3", {"v": "v + 1"})
     assert refreshed(engine)["t"].technique == "incremental"  # measured now, and within the margin
