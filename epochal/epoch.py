@@ -302,11 +302,13 @@ def _execute(engine, table, epoch: Epoch, step: Step, began: float) -> Report:
 
 
 class Phases:
-    """Seconds spent per phase of a step, reported in the step's detail."""
+    """Seconds spent per phase of a step, reported in the step's detail. `since`: when the step
+    began, so that its first phase counts what came before its work ("start": the ledger's
+    records, the inputs' versions, the rescan checks, an attempt given up for a rescan)."""
 
-    def __init__(self) -> None:
+    def __init__(self, since: float | None = None) -> None:
         self.seconds: dict[str, float] = {}
-        self._last = time.monotonic()
+        self._last = time.monotonic() if since is None else since
 
     def mark(self, phase: str) -> None:
         now = time.monotonic()
@@ -325,7 +327,8 @@ def _compute_and_write(engine, table, epoch: Epoch, step: Step, began: float) ->
 
 def _compute_and_write_metered(engine, table, step: Step, began: float, meter: Meter) -> Report:
     spark = engine.spark
-    phases = Phases()
+    phases = Phases(began)
+    phases.mark("start")
     inputs = _ranges_of(engine, table, step)
     # the state and output this step starts from are the previous step's, also when a concurrent
     # run commits this step while it runs
@@ -756,6 +759,9 @@ def _commit(table, step: Step, engine, phases: Phases, began: float, meter: Mete
     state_versions = dict(step.state_versions) if state_versions is None else state_versions
     if meter is not None:
         meter.count_jobs(engine.spark)
+    state_rows = sum(_row_count(f"{table.state_root}/{name}", version, engine.storage_options)
+                     for name, version in state_versions.items())
+    phases.mark("figures")  # the step's Spark jobs counted, its state's rows read
     committed = Step(**{
         **step.__dict__,
         "status": COMMITTED,
@@ -764,8 +770,7 @@ def _commit(table, step: Step, engine, phases: Phases, began: float, meter: Mete
         "rows_read": rows_read,
         "rows_inserted": inserted,
         "rows_deleted": deleted,
-        "state_rows": sum(_row_count(f"{table.state_root}/{name}", version, engine.storage_options)
-                          for name, version in state_versions.items()),
+        "state_rows": state_rows,
         "seconds": round(time.monotonic() - began, 3),
         "detail": {**step.detail, "phases": phases.seconds,
                    **({"cost": meter.as_dict()} if meter is not None else {})},
