@@ -25,7 +25,7 @@ def drops_changed_scalar(node: Project, ctx) -> bool:
         below = below.input
     if not isinstance(below, Join):
         return False
-    kept = set().union(*(columns_in(e) for e in node.exprs)) if node.exprs else set()
+    kept = set().union(*(columns_in(e) for e in node.exprs))
     return any(single_row(part) and ctx.changed(part) and not kept & set(part.columns) for part in below.parts)
 
 
@@ -38,7 +38,7 @@ def consolidated(ctx, change: DataFrame) -> DataFrame:
         if merged is not None:
             return ctx.on_driver(ctx.reads.local(ctx.spark, merged, change.schema), merged, exact=True)
     merged = consolidate(change)
-    limit = getattr(ctx.reads, "driver_rows", 0) if ctx.reads is not None else 0
+    limit = ctx.reads.driver_rows if ctx.reads is not None else 0
     if limit > 0:
         collected = merged.limit(limit + 1).toArrow()
         if collected.num_rows <= limit:
