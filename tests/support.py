@@ -205,11 +205,11 @@ class SyntheticSource:
     def rows(self) -> list[tuple]:
         """The table's rows, read by delta-rs where it reads the table as Spark does (a Spark
         read of a version just written rebuilds its snapshot: 5 jobs, ~1 s, bench/source_writes.py)."""
-        from deltalake import DeltaTable as Rows
+        from deltalake import DeltaTable as DeltaRsTable
 
         from epochal.shared_reads import SharedReads
 
-        table = Rows(self.path)
+        table = DeltaRsTable(self.path)
         if SharedReads._plain(table):
             data = table.to_pyarrow_table()
             return list(zip(*(column.to_pylist() for column in data.columns)))
