@@ -94,14 +94,48 @@ def lazy_frame(spark, create, schema: StructType) -> DataFrame:
     return LocalFrame(spark, create, schema)
 
 
-def _files_holding(table, dataset, column: str, values: pa.Array, nulls: bool):
-    """`dataset` cut to the files whose min/max statistics of `column` admit one of `values`
-    (sorted), or a NULL when `nulls`. pyarrow does not skip files for an `isin` filter, and Delta
-    keeps every file's statistics: changes to recent or old keys (an OLTP table's usual pattern)
-    then read a few files instead of all. Only for integers and dates, whose statistics are exact
-    (a string's are truncated); a file without statistics is kept."""
+def _admits(keys: list, smallest, largest) -> bool:
+    """Whether a [smallest, largest] range (either end None: unknown) holds one of the sorted `keys`."""
     import bisect
 
+    if smallest is None or largest is None:
+        return True
+    at = bisect.bisect_left(keys, smallest)
+    return at < len(keys) and keys[at] <= largest
+
+
+def _row_groups_holding(fragment, column: str, keys: list, nulls: bool):
+    """`fragment` cut to its row groups whose statistics of `column` admit one of `keys`, or a
+    NULL when `nulls`; None when it holds none; the fragment itself when it cannot tell."""
+    metadata = fragment.metadata
+    if metadata.num_row_groups < 2:
+        return fragment
+    leaf = next((j for j in range(metadata.num_columns) if metadata.schema.column(j).path == column), None)
+    if leaf is None:
+        return fragment
+    chosen = []
+    for index in range(metadata.num_row_groups):
+        statistics = metadata.row_group(index).column(leaf).statistics
+        if statistics is None or not statistics.has_min_max:
+            chosen.append(index)
+        elif _admits(keys, statistics.min, statistics.max) or (
+                nulls and (not statistics.has_null_count or statistics.null_count > 0)):
+            chosen.append(index)
+    if not chosen:
+        return None
+    return fragment if len(chosen) == metadata.num_row_groups else fragment.subset(row_group_ids=chosen)
+
+
+def _files_holding(table, dataset, column: str, values: pa.Array, nulls: bool):
+    """`dataset` cut to the files whose min/max statistics of `column` admit one of `values`
+    (sorted), or a NULL when `nulls`, and within them to the row groups whose statistics do.
+    pyarrow skips neither for an `isin` filter, and Delta keeps every file's statistics: changes
+    to recent or old keys (an OLTP table's usual pattern) then read a few files instead of all,
+    and a table sorted by the key in small row groups (a join's keyed state) is read for random
+    keys in about (keys x row group) rows, at any size: 1,500 keys of 60M rows sorted in row
+    groups of 2,000 read in 0.8 s, against 6.5 s with `isin` alone (`python -m bench.keyed_reads`).
+    Only for integers and dates, whose statistics are exact (a string's are truncated); a file
+    or row group without statistics is kept."""
     import pyarrow.dataset as ds
 
     if key_kind(values.type) not in ("integer", "date") or not len(values):
@@ -116,17 +150,20 @@ def _files_holding(table, dataset, column: str, values: pa.Array, nulls: bool):
         else [None] * actions.num_rows
     for path, smallest, largest, count in zip(actions.column("path").to_pylist(), actions.column(low).to_pylist(),
                                               actions.column(high).to_pylist(), counts):
-        at = bisect.bisect_left(keys, smallest) if smallest is not None else 0
-        if smallest is None or largest is None or (at < len(keys) and keys[at] <= largest) or \
-                (nulls and count != 0):
+        if _admits(keys, smallest, largest) or (nulls and count != 0):
             kept.add(path)
     fragments = list(dataset.get_fragments())
-    if len(kept) >= len(fragments):
-        return dataset
     chosen = [f for f in fragments if f.path in kept]
     if len(chosen) != len(kept):  # paths spelled otherwise (encoded): read every file
+        chosen = fragments
+    try:
+        cut = [_row_groups_holding(f, column, keys, nulls) for f in chosen]
+    except (AttributeError, TypeError, pa.ArrowException):  # not Parquet fragments, or unlike statistics
+        cut = chosen
+    cut = [f for f in cut if f is not None]
+    if len(cut) == len(fragments) and all(a is b for a, b in zip(cut, fragments)):
         return dataset
-    return ds.FileSystemDataset(chosen, dataset.schema, dataset.format, dataset.filesystem)
+    return ds.FileSystemDataset(cut, dataset.schema, dataset.format, dataset.filesystem)
 
 
 KEY_ROWS_PER_DRIVER_ROW = 10

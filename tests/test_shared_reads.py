@@ -176,7 +176,8 @@ def test_a_restricted_read_of_clustered_files_reads_only_theirs_and_every_row(sp
     path = clustered_table
     schema = spark.read.format("delta").load(path).schema
     values = tuple(sorted(keys)) if column == "k" else tuple(sorted(date(2020, 1, 1) + timedelta(days=k) for k in keys))
-    restricted = SharedReads(None, driver_rows=1_000).restricted(spark, path, version, schema, column, values, nulls)
+    restricted = SharedReads(None, driver_rows=1, key_rows=1_000).restricted(
+        spark, path, version, schema, column, values, nulls)  # too large to hold whole: scanned for the keys
     assert restricted is not None
     wanted = F.col(column).isin(list(values)) | (F.col(column).isNull() if nulls else F.lit(False))
     spark_rows = spark.read.format("delta").option("versionAsOf", version).load(path).filter(wanted)
@@ -197,6 +198,63 @@ def test_files_whose_statistics_miss_every_key_are_not_read(clustered_table):
     assert len(list(_files_holding(table, dataset, "day", days, False).get_fragments())) == 2  # NULL keys' file too
     assert len(list(_files_holding(table, dataset, "k", pa.array([75], pa.int32()), True).get_fragments())) == 2
     assert _files_holding(table, dataset, "g", pa.array(["g1"]), False) is dataset  # strings: truncated statistics
+
+
+@pytest.fixture(scope="module")
+def row_grouped_table(spark, warehouse) -> str:
+    """One file sorted by k in row groups of 7 rows (as a join's keyed state is laid out), NULL
+    keys and dates among them, written by delta-rs; version 1 appends a file of unsorted keys."""
+    from deltalake import WriterProperties, write_deltalake
+
+    path = f"{warehouse}/{uuid.uuid4().hex[:8]}"
+    ks = sorted(range(0, 120, 2), key=lambda k: (k % 13 != 0, k))  # NULLs (k % 13 == 0) first, then sorted
+    first = pa.table({"k": pa.array([k if k % 13 else None for k in ks], pa.int32()),
+                      "day": pa.array([date(2020, 1, 1) + timedelta(days=k) if k % 17 else None for k in ks],
+                                      pa.date32())})
+    write_deltalake(path, first, writer_properties=WriterProperties(max_row_group_size=7),
+                    configuration={"delta.enableChangeDataFeed": "true"})
+    write_deltalake(path, pa.table({"k": pa.array([5, 90, None], pa.int32()),
+                                    "day": pa.array([None, date(2021, 1, 1), date(2020, 1, 3)], pa.date32())}),
+                    mode="append")
+    return path
+
+
+@settings(SLOW, max_examples=10 * EXAMPLES)
+@given(keys=st.lists(st.integers(-2, 125), max_size=6, unique=True), nulls=st.booleans(),
+       version=st.integers(0, 1), column=st.sampled_from(["k", "day"]))
+def test_a_restricted_read_of_small_row_groups_finds_every_row(spark, row_grouped_table, keys, nulls, version, column):
+    """Row groups whose statistics admit none of the keys are skipped; the rows read are still
+    exactly the keys' rows, NULLs included when asked."""
+    path = row_grouped_table
+    schema = spark.read.format("delta").load(path).schema
+    values = tuple(sorted(keys)) if column == "k" else tuple(sorted(date(2020, 1, 1) + timedelta(days=k) for k in keys))
+    restricted = SharedReads(None, driver_rows=1, key_rows=1_000).restricted(
+        spark, path, version, schema, column, values, nulls)  # too large to hold whole: scanned for the keys
+    assert restricted is not None
+    wanted = F.col(column).isin(list(values)) | (F.col(column).isNull() if nulls else F.lit(False))
+    spark_rows = spark.read.format("delta").option("versionAsOf", version).load(path).filter(wanted)
+    assert as_multiset(restricted.select(*spark_rows.columns)) == as_multiset(spark_rows)
+
+
+def test_row_groups_whose_statistics_miss_every_key_are_not_read(row_grouped_table):
+    from deltalake import DeltaTable
+
+    from epochal.shared_reads import _files_holding
+
+    table = DeltaTable(row_grouped_table, version=0)
+    dataset = table.to_pyarrow_dataset()
+    (whole,) = dataset.get_fragments()
+    groups = whole.metadata.num_row_groups
+
+    def read(column, values, nulls):
+        return [f.row_groups for f in _files_holding(table, dataset, column, values, nulls).get_fragments()]
+
+    (one_key,) = read("k", pa.array([50], pa.int32()), False)
+    assert len(one_key) == 1 < groups
+    (with_nulls,) = read("k", pa.array([50], pa.int32()), True)
+    assert len(with_nulls) == 2  # the NULL keys' row group too
+    assert read("k", pa.array([51], pa.int32()), False) == [[g for g in one_key]]  # in range, absent: still read
+    assert read("k", pa.array([1000], pa.int32()), False) == []
 
 
 RESTRICTED = {name: DEFINITIONS[name] for name in ("joined", "joined_agg", "diamond", "left_path", "right_path")} | {
