@@ -13,6 +13,7 @@ outside tool drive the engine through this class; it imports nothing from Dagste
 
 from __future__ import annotations
 
+import logging
 import re
 import uuid
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
@@ -25,7 +26,7 @@ from pyspark.sql.types import StructType
 
 from . import epoch as protocol
 from . import faults
-from .shared_reads import SharedReads
+from .arrangements import ARRANGE_ROWS, Arrangements
 from .changes import read_snapshot
 from .clock import clock_named
 from .compile import Compiled, compile_definition, parse, referenced_tables
@@ -42,10 +43,13 @@ from .plan import TableInfo
 from .optimize import passes_named
 from .reclock import Epoch, Remap, Source
 from .rescan import Triggers
+from .shared_reads import SharedReads
 from .sessions import engine_confs, session_confs
 from .storage import check_warehouse
 from .writes import DRIVER_WRITE_TYPES
 from .warehouse import Warehouse, check_name
+
+log = logging.getLogger("epochal")
 
 DRIVER_ROWS = 50_000  # see driver_commits.py; measured in README (Engine: driver commits)
 DELTA_FORBIDDEN = re.compile(r"[ ,;{}()\n\t=]")
@@ -129,6 +133,7 @@ class Engine:
         rescan_fraction: float | None = None,
         cost_model: bool = True,
         passes: Sequence[str] | None = None,
+        arrange_rows: int | None = ARRANGE_ROWS,
     ):
         """`rescan_fraction`: rescan (reason COST) when an epoch changes more than this fraction
         of a table's input rows (None: never for cost). `cost_model`: rescan (reason COST) when
@@ -137,6 +142,9 @@ class Engine:
         many rows are committed on the driver through delta-rs (driver_commits.py), larger ones
         by Spark (0: always Spark). `passes`: the optimizer passes to apply
         (names from epochal.optimize.PASSES; None: all, (): the naive plan), to compare plans.
+        `arrange_rows`: an input of at least this many rows that a refresh reads by key (a join
+        term's partner) is arranged by that key after the refresh (arrangements.py), so later
+        refreshes read a bounded number of its rows; None: never.
         A warehouse on an object store is checked first (StorageUnreachable names what to fix)."""
         if _is_connect(spark):
             raise EpochalError(CONNECT_UNSUPPORTED)
@@ -156,6 +164,8 @@ class Engine:
         self.remap = Remap(self.warehouse.engine_path("remap"), storage_options, self.run_id)
         self.sources: dict[str, Source] = {}
         self._tables: dict[str, Table] = {}
+        self.arrangements = Arrangements(self.warehouse.engine_path("arrangements"), storage_options, arrange_rows) \
+            if arrange_rows is not None else None
 
     # ---- declaring ---------------------------------------------------------------------------
     def source(self, name: str, path: str | None = None, clock: str = "commit") -> Source:
@@ -336,11 +346,33 @@ class Engine:
         `parallelism` at a time (each in its own child session, whose settings are its own), with
         the settings the steps depend on (sessions.engine_confs). After
         a failure no new table starts; the first error is raised once the running ones finish."""
-        reads = SharedReads(self.storage_options, self.driver_rows, self._columns_read(names))
+        reads = SharedReads(self.storage_options, self.driver_rows, self._columns_read(names),
+                            arrangements=self.arrangements)
         try:
-            return self._run_steps(names, epoch, full_refresh, reads)
+            reports = self._run_steps(names, epoch, full_refresh, reads)
+            self._arrange(reads)
+            return reports
         finally:
             reads.clear()
+
+    def _arrange(self, reads: SharedReads) -> None:
+        """Arrange (or bring up to date) every large input this refresh read by key, by that key,
+        as of the latest version it read. An arrangement is a cache: a failure here is logged and
+        costs later refreshes their speed only, never a result."""
+        if self.arrangements is None:
+            return
+        for (path, key), version in sorted(reads.keyed.items()):
+            chain = self.arrangements.chain(path, key)
+            if not chain and not self.arrangements.worth_arranging(path, version, key):
+                continue
+            try:
+                done = self.arrangements.advance(self.spark, path, version, key, sorted(reads.columns.get(path, ())),
+                                                 lambda before, after: reads.keyed_change_rows(path, before, after))
+                log.debug("arrangement of %s by %s at version %d: %s", path, key, version, done)
+            except Exception as error:  # noqa: BLE001 - a cache; the next refresh tries again
+                log.warning("could not arrange %s by %s as of version %d (%s: %s); its readers scan it instead",
+                            path, key, version, type(error).__name__, error)
+                self.arrangements.discard(path, key)
 
     def path_of(self, name: str) -> str:
         """Where the source or derived table `name` is stored."""

@@ -181,7 +181,7 @@ class SharedReads:
 
     def __init__(self, storage_options: dict[str, str] | None = None, driver_rows: int = 0,
                  columns: dict[str, set[str]] | None = None, key_rows: int | None = None,
-                 held_bytes: int = HELD_BYTES):
+                 held_bytes: int = HELD_BYTES, arrangements=None):
         self.storage_options = storage_options
         self.driver_rows = driver_rows
         self.key_rows = KEY_ROWS_PER_DRIVER_ROW * driver_rows if key_rows is None else key_rows
@@ -189,6 +189,8 @@ class SharedReads:
         self._held = 0
         self._scanned: set[tuple] = set()  # (path, version) scanned for some keys already
         self.columns = columns or {}  # per table path, the columns the refresh's plans read
+        self.arrangements = arrangements  # arrangements.Arrangements: inputs kept sorted by a key
+        self.keyed: dict[tuple[str, str], int] = {}  # (input path, key) read by key -> latest version asked
         self._reads: dict[tuple, pa.Table | None] = {}
         self._locks: dict[tuple, threading.Lock] = {}
         self._guard = threading.Lock()
@@ -209,7 +211,7 @@ class SharedReads:
         return (str(configuration.get("delta.columnMapping.mode", "none")).lower() == "none"
                 and str(configuration.get("delta.enableDeletionVectors", "false")).lower() != "true")
 
-    def _changes(self, path: str, before: int, after: int) -> pa.Table | None:
+    def _changes(self, path: str, before: int, after: int, limit: int | None = None) -> pa.Table | None:
         from deltalake import DeltaTable
         from deltalake.exceptions import DeltaError
 
@@ -217,7 +219,7 @@ class SharedReads:
 
         rows = changed_rows(path, before, after, self.storage_options)
         # an update records two rows (pre- and post-image)
-        if rows is None or 2 * rows > self.driver_rows:
+        if rows is None or 2 * rows > (self.driver_rows if limit is None else limit):
             return None
         try:
             table = DeltaTable(path, storage_options=self.storage_options)
@@ -281,6 +283,16 @@ class SharedReads:
         """The change feed of versions before+1..after as Arrow (every column, `_change_type`),
         or None when the batch is Spark's to read."""
         return self._once(("changes", path, before, after), lambda: self._changes(path, before, after))
+
+    def keyed_change_rows(self, path: str, before: int, after: int) -> pa.Table | None:
+        """`change_rows` for an arrangement (arrangements.py), which keeps only the rows of some
+        keys of it: bounded by `key_rows`, what a read of some keys' rows may hold, not by
+        `driver_rows`."""
+        held = self._reads.get(("changes", path, before, after))
+        if held is not None:
+            return held
+        return self._once(("keyed changes", path, before, after),
+                          lambda: self._changes(path, before, after, max(self.key_rows, self.driver_rows)))
 
     def changes(self, spark, path: str, before: int, after: int, schema: StructType,
                 columns: list[str]) -> DataFrame | None:
@@ -361,10 +373,52 @@ class SharedReads:
 
     def _timed_read(self, path: str, version: int, field: str, keys: tuple, nulls: bool) -> pa.Table | None:
         began = time.perf_counter()
-        found = self._restricted(path, version, field, keys, nulls)
-        log.debug("read %s version %d for %d values of %s on the driver: %s rows in %.2f s", path, version,
-                  len(keys), field, "too many" if found is None else found.num_rows, time.perf_counter() - began)
+        if path in self.columns:  # an input of the refresh's plans (not a state table): worth arranging
+            with self._guard:
+                self.keyed[(path, field)] = max(version, self.keyed.get((path, field), -1))
+        found = self._arranged(path, version, field, keys, nulls)
+        how = "from its arrangement"
+        if found is None:
+            found, how = self._restricted(path, version, field, keys, nulls), "by a scan"
+        log.debug("read %s version %d for %d values of %s on the driver %s: %s rows in %.2f s", path, version,
+                  len(keys), field, how, "too many" if found is None else found.num_rows, time.perf_counter() - began)
         return found
+
+    def _arranged(self, path: str, version: int, field: str, keys: tuple, nulls: bool) -> pa.Table | None:
+        """`_restricted`'s rows read from the input's arrangement by `field` (arrangements.py), or
+        None where none serves this version and these columns."""
+        from deltalake import DeltaTable
+        from deltalake.exceptions import DeltaError
+
+        if self.arrangements is None or path not in self.columns or not keys:
+            return None
+        try:
+            table = DeltaTable(path, version=version, storage_options=self.storage_options)
+            if not self._plain(table):
+                return None
+            schema = pa.schema(table.schema().to_arrow())
+        except (DeltaError, OSError, ValueError, pa.ArrowException):
+            return None
+        columns = self._read_columns(path, schema.names, field)
+        target = schema.field(columns[[c.lower() for c in columns].index(field.lower())])
+        values = self._key_array(keys, target.type)
+        if values is None:
+            return None
+        found = self.arrangements.read(path, version, field, values, nulls, columns,
+                                       lambda before, after: self.keyed_change_rows(path, before, after))
+        if found is None or found.num_rows > self.key_rows:
+            return None
+        try:
+            return found.cast(pa.schema([schema.field(c) for c in columns]))
+        except (pa.ArrowException, ValueError):
+            return None
+
+    def arranged(self, path: str, field: str, version: int) -> bool:
+        """Whether an arrangement serves reads of `path` by `field` as of `version`."""
+        if self.arrangements is None or path not in self.columns:
+            return False
+        wanted = [c for c in self.columns[path]] + [field]
+        return self.arrangements.serving(path, field, version, wanted) is not None
 
     def _covering(self, path: str, version: int, field: str, keys: tuple, nulls: bool) -> pa.Table | None:
         """The rows of `keys` out of the rows read so far for (path, version, field). A scan costs
@@ -390,7 +444,7 @@ class SharedReads:
                     ordered = tuple(sorted(union))
                 except TypeError:  # values of unlike types: read these keys alone
                     ordered = None
-                if (path, version) in self._scanned and held is not None:
+                if (path, version) in self._scanned and held is not None and not self.arranged(path, field, version):
                     found = self._keys_of(self._read_columns_whole(path, version, field, held[2]), path, field,
                                           keys, nulls)
                     if found is not None:

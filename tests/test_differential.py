@@ -121,12 +121,12 @@ DEFINITIONS = {
 
 
 def run_epochs(spark, warehouse: str, definitions: dict[str, str], epochs, rescans: bool = False,
-               **engine_options) -> list:
+               root: str | None = None, **engine_options) -> list:
     """Fresh sources, the definitions, a first (rescan) epoch, then one epoch per drawn batch;
     every table is compared with its recompute after every epoch. With `rescans`, every epoch
     after the first is a full refresh, so each table's change is its rescan's diff against the
-    table. Returns every epoch's reports."""
-    root = f"{warehouse}/{uuid.uuid4().hex[:8]}"
+    table. Returns every epoch's reports. `root`: the warehouse folder (default a fresh one)."""
+    root = root or f"{warehouse}/{uuid.uuid4().hex[:8]}"
     a = SyntheticSource(spark, f"{root}/sources/a", A_SCHEMA, A_INITIAL)
     b = SyntheticSource(spark, f"{root}/sources/b", B_SCHEMA, B_INITIAL)
     engine = Engine(spark, root, **{"cost_model": False, **engine_options})

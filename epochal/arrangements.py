@@ -1,0 +1,315 @@
+"""Arrangements: a large input's columns kept sorted by the key its readers look rows up by, in
+small row groups, so that a change batch's random keys read a bounded number of rows.
+
+A join term `d_i ⋈ other inputs` reads each other input for the keys of its change batch
+(shared_reads.SharedReads.restricted). Random keys touch every file and every row group of a
+table laid out otherwise, so that read grows with the table: 1,500 keys of a 60M-row lineitem
+take 8 s with pyarrow's `isin` and about as long through Spark. Sorted by the key in row groups
+of ROW_GROUP rows, the row groups whose statistics miss every key are skipped and the same read
+takes about 1 s, about keys x ROW_GROUP rows at any size (`python -m bench.keyed_reads`).
+Materialize's shared arrangements are the model: one per (input, key), shared by every join term
+and table of the warehouse that looks the input up by that key.
+
+An arrangement is a Z-set of the input's rows as of a version of it: a Delta table under
+`<warehouse>/_epochal/arrangements/`, each row with a WEIGHT. It is built by Spark from the
+input's snapshot (every weight 1, sorted by the key); each refresh that read the input by key
+appends the input's change feed since (weights +1 and -1, a small delta-rs commit), and after
+REBUILD_AFTER appends it is built again, so the appended, unsorted rows stay few. Every commit
+records, in its `userMetadata`, the input versions its rows stand for (`from`, `to`), so a
+reader takes the last commit at or before the version it wants and adds the change feed from
+there, and a chain with a gap (a lost or doubled append) is never read.
+
+An arrangement is a cache derived from its input alone: it holds no epoch's result, so a crash
+between its commits and the epoch's loses nothing (the next refresh appends or rebuilds), and a
+missing, stale or unreadable one sends the read back to the input itself (never a wrong answer,
+at worst a slower one). Only integer and date keys are arranged: their Parquet statistics are
+exact, a string's are truncated.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .graph import WEIGHT
+
+log = logging.getLogger("epochal")
+
+ROW_GROUP = 2_000  # rows per Parquet row group of an arrangement (bench.keyed_reads: 2,000 vs 10,000)
+ROWS_PER_FILE = 4_000_000
+REBUILD_AFTER = 8  # appends before the arrangement is built again, sorted
+ARRANGE_ROWS = 1_000_000  # inputs smaller than this are scanned (a scan of them costs what a lookup does)
+FORMAT = 1
+_row_group_setting = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One commit of an arrangement: its version, and the input versions its rows stand for
+    after it (`to`), appended on top of `since` (None: built from the input's snapshot)."""
+
+    version: int
+    since: int | None
+    to: int
+    columns: tuple[str, ...]
+
+
+def _bits(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """`column` in a form whose equality is the values' identity: floating point as its bits
+    (-0.0 and 0.0, NaNs, stay apart as the stored rows are), string views as strings."""
+    kind = column.type
+    if pa.types.is_floating(kind):
+        width = {16: pa.int16(), 32: pa.int32(), 64: pa.int64()}[kind.bit_width]
+        return pa.chunked_array([pa.Array.from_buffers(width, len(chunk), chunk.buffers(), chunk.null_count,
+                                                       chunk.offset) for chunk in column.chunks], width)
+    if pa.types.is_string_view(kind):
+        return column.cast(pa.string())
+    return column
+
+
+def net_rows(weighted: pa.Table) -> pa.Table | None:
+    """The multiset a Z-set of rows (columns and WEIGHT) stands for: each distinct row (equal as
+    stored, bit for bit) repeated its summed weight. None when a row's weight sums below zero (the
+    arrangement does not hold what its input did) or a column is not groupable here."""
+    values = [c for c in weighted.column_names if c != WEIGHT]
+    if not values:
+        return None
+    try:
+        keys = [_bits(weighted.column(c)) for c in values]
+        index = pa.array(np.arange(weighted.num_rows, dtype=np.int64))
+        grouped = pa.Table.from_arrays(keys + [weighted.column(WEIGHT), index],
+                                       names=[f"k{i}" for i in range(len(keys))] + [WEIGHT, "__i"]) \
+            .group_by([f"k{i}" for i in range(len(keys))], use_threads=False) \
+            .aggregate([(WEIGHT, "sum"), ("__i", "min")])
+    except (pa.ArrowException, KeyError):
+        return None
+    weights = grouped.column(f"{WEIGHT}_sum").to_numpy(zero_copy_only=False)
+    if (weights < 0).any():
+        return None
+    first = grouped.column("__i_min").to_numpy(zero_copy_only=False)
+    kept = weights > 0
+    taken = np.repeat(first[kept], weights[kept])
+    try:
+        return _without_views(weighted.select(values)).take(pa.array(np.sort(taken)))
+    except pa.ArrowException:
+        return None
+
+
+def _without_views(table: pa.Table) -> pa.Table:
+    """`table` with string and binary views as plain strings and binaries: pyarrow's `take` has no
+    kernel for views, which delta-rs reads strings as."""
+    plain = {pa.types.is_string_view: pa.string(), pa.types.is_binary_view: pa.binary()}
+    for i, field in enumerate(table.schema):
+        for test, kind in plain.items():
+            if test(field.type):
+                table = table.set_column(i, field.name, table.column(i).cast(kind))
+    return table
+
+
+class Arrangements:
+    """The warehouse's arrangements: where each lives, which commit serves a read, how to build
+    and advance one. `root`: the folder they live under."""
+
+    def __init__(self, root: str, storage_options: dict[str, str] | None = None, min_rows: int = ARRANGE_ROWS):
+        self.root = root.rstrip("/")
+        self.storage_options = storage_options
+        self.min_rows = min_rows
+        self._chains: dict[str, tuple[int, list[Commit]]] = {}
+        self._guard = threading.Lock()
+
+    def path(self, source: str, key: str) -> str:
+        name = re.sub(r"[^a-z0-9_]+", "_", source.rstrip("/").rsplit("/", 1)[-1].lower())[:40]
+        digest = hashlib.sha1(f"{source.rstrip('/')}\0{key.lower()}".encode()).hexdigest()[:10]
+        return f"{self.root}/{name}.{re.sub(r'[^a-z0-9_]+', '_', key.lower())}.{digest}"
+
+    def chain(self, source: str, key: str) -> list[Commit]:
+        """The arrangement's commits since its last build, oldest first, while each appends on
+        top of the one before; [] when there is none (or its log is not one this code wrote)."""
+        from .deltalog import DeltaLog
+
+        path = self.path(source, key)
+        log_ = DeltaLog.open(path, self.storage_options)
+        if log_ is None:
+            return []
+        with self._guard:
+            cached = self._chains.get(path)
+        if cached is not None and cached[0] == log_.version:
+            return cached[1]
+        commits = []
+        for commit in log_.commits(0):
+            try:
+                meta = json.loads(commit.user_metadata or "")
+            except ValueError:
+                meta = None
+            if not isinstance(meta, dict) or meta.get("arrangement") != FORMAT:
+                commits = []  # a commit not ours: nothing before it can be trusted either
+                continue
+            step = Commit(commit.version, meta.get("since"), int(meta["to"]), tuple(meta["columns"]))
+            if step.since is None:
+                commits = [step]
+            elif commits and step.since == commits[-1].to and step.columns == commits[-1].columns:
+                commits.append(step)
+            else:
+                commits = []  # a gap or a doubled append: unusable until built again
+        with self._guard:
+            self._chains[path] = (log_.version, commits)
+        return commits
+
+    def serving(self, source: str, key: str, version: int, columns: list[str]) -> Commit | None:
+        """The last commit standing for `version` or an earlier one, holding `columns`."""
+        wanted = {c.lower() for c in columns}
+        found = [c for c in self.chain(source, key) if c.to <= version]
+        if not found or not wanted <= {c.lower() for c in found[-1].columns}:
+            return None
+        return found[-1]
+
+    def read(self, source: str, version: int, key: str, values: pa.Array, nulls: bool, columns: list[str],
+             changes) -> pa.Table | None:
+        """The input's rows as of `version` whose `key` is one of `values` (or NULL, with `nulls`),
+        with `columns`; None when no arrangement serves it (then scan the input). `changes(before,
+        after)`: the input's change feed as Arrow (`_change_type` and every column), or None."""
+        import pyarrow.dataset as ds
+        from deltalake import DeltaTable
+        from deltalake.exceptions import DeltaError
+
+        from .shared_reads import _files_holding, _weights
+
+        commit = self.serving(source, key, version, columns)
+        if commit is None:
+            return None
+        try:
+            table = DeltaTable(self.path(source, key), version=commit.version, storage_options=self.storage_options)
+            dataset = table.to_pyarrow_dataset()
+            names = {n.lower(): n for n in dataset.schema.names}
+            field = names[key.lower()]
+            selected = [names[c.lower()] for c in columns] + [WEIGHT]
+            values = values.cast(dataset.schema.field(field).type)
+            condition = ds.field(field).isin(values)
+            if nulls:
+                condition = condition | ds.field(field).is_null()
+            arranged = _without_views(
+                _files_holding(table, dataset, field, values, nulls).to_table(columns=selected, filter=condition))
+        except (DeltaError, OSError, KeyError, ValueError, pa.ArrowException) as error:
+            log.warning("arrangement %s not read (%s); %s is scanned instead", self.path(source, key), error, source)
+            return None
+        parts = [arranged]
+        if commit.to < version:
+            feed = changes(commit.to, version)
+            if feed is None:
+                return None
+            feed = _without_views(feed)
+            by_name = {n.lower(): n for n in feed.column_names}
+            mask = pc.is_in(feed.column(by_name[key.lower()]), value_set=values.cast(feed.schema.field(by_name[key.lower()]).type))
+            if nulls:
+                mask = pc.or_(mask, pc.is_null(feed.column(by_name[key.lower()])))
+            feed = feed.filter(pc.fill_null(mask, False))
+            weight = _weights(feed)
+            try:
+                parts.append(pa.Table.from_arrays(
+                    [feed.column(by_name[c.lower()]).cast(arranged.schema.field(n).type)
+                     for c, n in zip(columns, arranged.column_names)] + [weight],
+                    names=arranged.column_names))
+            except pa.ArrowException:
+                return None
+        rows = net_rows(pa.concat_tables(parts))
+        if rows is None:
+            log.warning("arrangement %s disagrees with %s as of version %d (a weight below zero); the input is "
+                        "scanned instead, and the arrangement is built again by the next refresh",
+                        self.path(source, key), source, version)
+            self.discard(source, key)
+            return None
+        return rows.rename_columns(list(columns))
+
+    def discard(self, source: str, key: str) -> None:
+        with self._guard:
+            self._chains[self.path(source, key)] = (-1, [])
+
+    def worth_arranging(self, source: str, version: int, key: str) -> bool:
+        """Whether `source` as of `version` is large enough to arrange, and `key` of a type whose
+        statistics are exact."""
+        from deltalake import DeltaTable
+        from deltalake.exceptions import DeltaError
+
+        from .shared_reads import key_kind
+
+        try:
+            table = DeltaTable(source, version=version, storage_options=self.storage_options)
+            schema = pa.schema(table.schema().to_arrow())
+            kinds = {f.name.lower(): key_kind(f.type) for f in schema}
+            return kinds.get(key.lower()) in ("integer", "date") and table.count() >= self.min_rows
+        except (DeltaError, OSError, ValueError, pa.ArrowException):  # not sized here: not arranged
+            return False
+
+    def build(self, spark, source: str, version: int, key: str, columns: list[str]) -> Commit:
+        """Write the arrangement of `source` as of `version` (Spark: the input is large), sorted by
+        `key` in row groups of ROW_GROUP rows."""
+        from pyspark.sql import functions as F
+
+        from .changes import quoted
+
+        frame = spark.read.format("delta").option("versionAsOf", version).load(source)
+        by_name = {f.name.lower(): f.name for f in frame.schema.fields}
+        names = [by_name[c.lower()] for c in columns]
+        rows = frame.count()
+        sorted_ = (frame.select(*[F.col(quoted(c)) for c in names], F.lit(1).cast("long").alias(WEIGHT))
+                   .repartitionByRange(max(1, -(-rows // ROWS_PER_FILE)), F.col(quoted(by_name[key.lower()])))
+                   .sortWithinPartitions(F.col(quoted(by_name[key.lower()]))))
+        meta = dict(arrangement=FORMAT, since=None, to=version, columns=names, source=source, key=key)
+        hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+        with _row_group_setting:  # Parquet takes the row-group bound from the session's Hadoop conf only
+            before = hadoop.get("parquet.block.row.count.limit")
+            hadoop.set("parquet.block.row.count.limit", str(ROW_GROUP))
+            try:
+                (sorted_.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+                 .option("userMetadata", json.dumps(meta)).save(self.path(source, key)))
+            finally:
+                if before is None:
+                    hadoop.unset("parquet.block.row.count.limit")
+                else:
+                    hadoop.set("parquet.block.row.count.limit", before)
+        log.info("arranged %s by %s as of version %d: %d rows", source, key, version, rows)
+        self.discard(source, key)
+        return self.chain(source, key)[-1]
+
+    def append(self, source: str, key: str, commit: Commit, to: int, feed: pa.Table) -> None:
+        """Append the input's change feed from `commit.to` to `to` (delta-rs, one small commit)."""
+        from deltalake import CommitProperties, DeltaTable, write_deltalake
+
+        from .driver_commits import _aligned
+        from .shared_reads import _weights
+
+        path = self.path(source, key)
+        table = DeltaTable(path, storage_options=self.storage_options)
+        by_name = {n.lower(): n for n in feed.column_names}
+        rows = pa.Table.from_arrays([feed.column(by_name[c.lower()]) for c in commit.columns] + [_weights(feed)],
+                                    names=list(commit.columns) + [WEIGHT])
+        meta = dict(arrangement=FORMAT, since=commit.to, to=to, columns=list(commit.columns), source=source, key=key)
+        write_deltalake(table, _aligned(rows, table), mode="append", storage_options=self.storage_options,
+                        commit_properties=CommitProperties(custom_metadata={"userMetadata": json.dumps(meta)}))
+        self.discard(source, key)
+
+    def advance(self, spark, source: str, version: int, key: str, columns: list[str], changes) -> str:
+        """Bring the arrangement of `source` by `key` to `version`: build it (none yet, too many
+        appends, a column missing, a gap), else append the change feed since. Returns what was
+        done ("built", "appended", "current")."""
+        chain = self.chain(source, key)
+        held = {c.lower() for c in chain[-1].columns} if chain else set()
+        if chain and chain[-1].to >= version and {c.lower() for c in columns} <= held:
+            return "current"  # (a later refresh may have advanced it already)
+        if chain and chain[-1].to < version and {c.lower() for c in columns} <= held and len(chain) <= REBUILD_AFTER:
+            feed = changes(chain[-1].to, version)
+            if feed is not None:
+                self.append(source, key, chain[-1], version, feed)
+                return "appended"
+        wanted = list(dict.fromkeys([*(chain[-1].columns if chain else ()), *columns, key], None))
+        unique = list({c.lower(): c for c in wanted}.values())
+        self.build(spark, source, version, key, unique)
+        return "built"
