@@ -56,6 +56,9 @@ def _arguments(argv=None) -> argparse.Namespace:
     parser.add_argument("--driver-rows", type=int, default=None,
                         help="Engine(driver_rows=...): 0 sends every read and write through Spark (the path "
                              "before driver commits and shared reads); default the engine's")
+    parser.add_argument("--arrange-rows", type=lambda v: None if v == "none" else int(v), default=-1,
+                        help="Engine(arrange_rows=...): inputs of at least this many rows read by key are arranged "
+                             "(epochal/arrangements.py); 'none' never; default the engine's")
     parser.add_argument("--source-writer", choices=("delta-rs", "spark"), default="delta-rs",
                         help="who commits the change batches to the sources (ops.changes.ChangeGenerator's "
                              "writer; not timed): 'spark' as runs before 2026-11-26 did")
@@ -82,10 +85,12 @@ def _warehouse(spark, work: Path, scale: float, name: str) -> str:
     return str(root)
 
 
-def _engine(spark, root: str, queries: list[str], driver_rows: int | None = None):
+def _engine(spark, root: str, queries: list[str], driver_rows: int | None = None, arrange_rows: int | None = -1):
     from epochal import Engine
 
-    engine = Engine(spark, root, **({} if driver_rows is None else {"driver_rows": driver_rows}))
+    options = ({} if driver_rows is None else {"driver_rows": driver_rows}) | \
+        ({} if arrange_rows == -1 else {"arrange_rows": arrange_rows})
+    engine = Engine(spark, root, **options)
     for source in SOURCES:
         engine.source(source, clock="logical")
     engine.define_all({q: (SQL / f"{q}.sql").read_text() for q in queries})
@@ -193,6 +198,8 @@ def _epoch(engine, spark, root: str, generator, index: int, queries: list[str]) 
     floor_driver = _floor_driver(spark, root, before, engine.driver_rows)
     names = [n for n in engine.tables() if n in queries]
     incremental, reports = _timed(lambda: engine.refresh(names, until=until, upstream=False))
+    arranged = [dict(input=Path(path).name, key=key, version=version, what=what, seconds=round(seconds, 3))
+                for path, key, version, what, seconds in engine.arranged]
     recompute, recomputes = _recompute_all(engine, names, root)
     noop, _ = _timed(lambda: engine.refresh(names, until=until + timedelta(minutes=30), upstream=False))
     unread = _unread_columns_epoch(engine, spark, root, names, until + timedelta(minutes=40),
@@ -209,16 +216,16 @@ def _epoch(engine, spark, root: str, generator, index: int, queries: list[str]) 
     changed = {t: batch.counts(t) for t in SOURCES}
     return dict(index=index, floor_seconds=round(floor, 3), floor_driver_seconds=round(floor_driver, 3), incremental_seconds=round(incremental, 3),
                 recompute_seconds=round(recompute, 3), noop_seconds=round(noop, 3), unread_columns=unread,
-                source_changes=changed,
+                source_changes=changed, arranged=arranged,
                 tables=tables)
 
 
 def run_scale(spark, work: Path, scale: float, fraction: float, epochs: int, queries: list[str],
-              driver_rows: int | None = None, source_writer: str = "delta-rs") -> dict:
+              driver_rows: int | None = None, source_writer: str = "delta-rs", arrange_rows: int | None = -1) -> dict:
     from ops.changes import ChangeGenerator
 
     root = _warehouse(spark, work, scale, f"run-{scale:g}-{fraction:g}")
-    engine = _engine(spark, root, queries, driver_rows)
+    engine = _engine(spark, root, queries, driver_rows, arrange_rows)
     first, _ = _timed(lambda: engine.refresh(until=LOADED_AT + timedelta(minutes=15)))
     generator = ChangeGenerator(spark, root, seed=11, fraction=fraction, writer=source_writer)
     results = []
@@ -227,7 +234,8 @@ def run_scale(spark, work: Path, scale: float, fraction: float, epochs: int, que
         epoch = results[-1]
         print(f"  scale {scale:g} fraction {fraction:g} epoch {index}: whole epoch incremental "
               f"{epoch['incremental_seconds']:.1f}s, recompute {epoch['recompute_seconds']:.1f}s "
-              f"({epoch['recompute_seconds'] / epoch['incremental_seconds']:.2f}x); " + ", ".join(
+              f"({epoch['recompute_seconds'] / epoch['incremental_seconds']:.2f}x); arranged: " + ", ".join(
+                  f"{a['input']}.{a['key']} {a['what']} {a['seconds']:.1f}s" for a in epoch["arranged"]) + "; " + ", ".join(
             f"{n} {t['incremental_seconds']:.1f}s/{t['recompute_seconds']:.1f}s" for n, t in results[-1]["tables"].items()),
             flush=True)
     shutil.rmtree(root, ignore_errors=True)
@@ -325,11 +333,26 @@ def _format(value, digits=2) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+def _arranged_line(run: dict) -> list[str]:
+    """What the epochs spent arranging inputs (built by Spark, advanced by appends), inside the
+    whole-epoch figure above."""
+    done = [(e["index"], a) for e in run["epochs"] for a in e.get("arranged", [])]
+    if not done:
+        return []
+    parts = [f"epoch {i}: {a['input']}.{a['key']} {a['what']} {a['seconds']:.1f} s" for i, a in done if a["what"] != "current"]
+    return [f"Arrangements (inside the whole epoch): {', '.join(parts) or 'all current'}.", ""]
+
+
+def _arrange_rows(value: int | None) -> str:
+    return "default" if value == -1 else "none" if value is None else f"{value:,}"
+
+
 def report_markdown(arguments, runs: list[dict], sweep: list[dict], started: str) -> str:
     lines = [f"# epochal benchmark, {started}", "",
              f"Arguments: scales {arguments.scales}, fraction {arguments.fraction}"
              f"{' (same change rows on every scale)' if getattr(arguments, 'same_change_rows', False) else ''}, "
              f"epochs {arguments.epochs}, driver_rows {arguments.driver_rows if arguments.driver_rows is not None else 'default'}, "
+             f"arrange_rows {_arrange_rows(getattr(arguments, 'arrange_rows', -1))}, "
              f"queries {arguments.queries}, source writer {getattr(arguments, 'source_writer', 'spark')}. One Spark session, local[*] on {os.cpu_count()} cores; per table and "
              "epoch the incremental epoch and a full recompute-and-overwrite run back to back.", ""]
     for run in runs:
@@ -346,6 +369,7 @@ def report_markdown(arguments, runs: list[dict], sweep: list[dict], started: str
                   "them (on the driver, shared by the epoch's steps).", "",
                   *_unread_line(run),
                   *_choices_line(run),
+                  *_arranged_line(run),
                   "Per table (a step's seconds overlap with other tables' steps: the epoch runs "
                   "`parallelism` steps at once; recomputes run as many at once). Jobs, commits (on the driver), "
                   "input versions read (time-travel reads through Spark / reads of some keys' rows on the "
@@ -424,12 +448,12 @@ def main(argv=None) -> None:
     for scale in arguments.scales:
         fraction = arguments.fraction * (arguments.scales[0] / scale if arguments.same_change_rows else 1)
         runs.append(run_scale(spark, work, scale, fraction, arguments.epochs, queries, arguments.driver_rows,
-                              arguments.source_writer))
+                              arguments.source_writer, arguments.arrange_rows))
         save()
     sweep_queries = [f"tpch_q{n:02d}" for n in arguments.sweep_queries]
     for fraction in arguments.sweep:
         sweep.append(run_scale(spark, work, arguments.scales[0], fraction, 1, sweep_queries, arguments.driver_rows,
-                               arguments.source_writer))
+                               arguments.source_writer, arguments.arrange_rows))
         save()
     text = report_markdown(arguments, runs, sweep, started)
     (out / "report.md").write_text(text)

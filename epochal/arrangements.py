@@ -15,7 +15,7 @@ An arrangement is a Z-set of the input's rows as of a version of it: a Delta tab
 input's snapshot (every weight 1, sorted by the key); each refresh that read the input by key
 appends the input's change feed since (weights +1 and -1, a small delta-rs commit), and after
 REBUILD_AFTER appends it is built again, so the appended, unsorted rows stay few. Every commit
-records, in its `userMetadata`, the input versions its rows stand for (`from`, `to`), so a
+records, in its `userMetadata`, the input versions its rows stand for (`since`, `to`), so a
 reader takes the last commit at or before the version it wants and adds the change feed from
 there, and a chain with a gap (a lost or doubled append) is never read.
 
@@ -227,6 +227,38 @@ class Arrangements:
             self.discard(source, key)
             return None
         return rows.rename_columns(list(columns))
+
+    def of(self, source: str) -> list[dict] | None:
+        """The arrangements of `source` in the warehouse (key, the input version they stand for,
+        appends since the last build, columns, rows stored, files, bytes), for `explain`; None
+        where the folder cannot be listed from here."""
+        import pyarrow.fs as pafs
+        from deltalake import DeltaTable
+
+        try:
+            filesystem, root = pafs.FileSystem.from_uri(self.root)
+            entries = filesystem.get_file_info(pafs.FileSelector(root, allow_not_found=True))
+        except (pa.ArrowException, OSError, ValueError):
+            return None
+        prefix = self.path(source, "k").rsplit("/", 1)[-1].split(".", 1)[0] + "."
+        found = []
+        for entry in entries:
+            if entry.type != pafs.FileType.Directory or not entry.base_name.startswith(prefix):
+                continue
+            try:
+                table = DeltaTable(f"{self.root}/{entry.base_name}", storage_options=self.storage_options)
+                meta = json.loads(table.history(1)[0].get("userMetadata") or "{}")
+                if meta.get("source", "").rstrip("/") != source.rstrip("/"):
+                    continue
+                chain = self.chain(source, meta["key"])
+                actions = table.get_add_actions(flatten=True)
+                found.append(dict(key=meta["key"], to=chain[-1].to if chain else None,
+                                  appends=len(chain) - 1 if chain else None, columns=list(meta["columns"]),
+                                  rows=sum(v or 0 for v in actions.column("num_records").to_pylist()),
+                                  files=actions.num_rows, bytes=sum(actions.column("size_bytes").to_pylist())))
+            except Exception:  # noqa: BLE001 - a description; an unreadable one is shown as such
+                found.append(dict(key=entry.base_name, to=None, appends=None, columns=[], rows=0, files=0, bytes=0))
+        return sorted(found, key=lambda a: a["key"])
 
     def discard(self, source: str, key: str) -> None:
         with self._guard:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 import uuid
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -164,6 +165,7 @@ class Engine:
         self.remap = Remap(self.warehouse.engine_path("remap"), storage_options, self.run_id)
         self.sources: dict[str, Source] = {}
         self._tables: dict[str, Table] = {}
+        self.arranged: list[tuple[str, str, int, str, float]] = []  # the last refresh's: path, key, version, what, s
         self.arrangements = Arrangements(self.warehouse.engine_path("arrangements"), storage_options, arrange_rows) \
             if arrange_rows is not None else None
 
@@ -359,15 +361,18 @@ class Engine:
         """Arrange (or bring up to date) every large input this refresh read by key, by that key,
         as of the latest version it read. An arrangement is a cache: a failure here is logged and
         costs later refreshes their speed only, never a result."""
+        self.arranged = []
         if self.arrangements is None:
             return
         for (path, key), version in sorted(reads.keyed.items()):
             chain = self.arrangements.chain(path, key)
             if not chain and not self.arrangements.worth_arranging(path, version, key):
                 continue
+            began = time.perf_counter()
             try:
                 done = self.arrangements.advance(self.spark, path, version, key, sorted(reads.columns.get(path, ())),
                                                  lambda before, after: reads.keyed_change_rows(path, before, after))
+                self.arranged.append((path, key, version, done, time.perf_counter() - began))
                 log.debug("arrangement of %s by %s at version %d: %s", path, key, version, done)
             except Exception as error:  # noqa: BLE001 - a cache; the next refresh tries again
                 log.warning("could not arrange %s by %s as of version %d (%s: %s); its readers scan it instead",

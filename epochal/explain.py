@@ -94,6 +94,26 @@ def _invalidation(engine, table) -> list[str]:
         "  " + line for line in lines]
 
 
+def _arrangements(engine, table) -> list[str]:
+    arrangements = getattr(engine, "arrangements", None)
+    if arrangements is None:
+        return ["arrangements: off (Engine(arrange_rows=None))"]
+    out = [f"arrangements (inputs of at least {arrangements.min_rows:,} rows read by an integer or date key "
+           "are kept sorted by it after the refresh that read them; epochal/arrangements.py):"]
+    for name in table.compiled.inputs:
+        held = arrangements.of(engine.path_of(name))
+        if held is None:
+            out.append(f"  {name}: not listed (the warehouse folder cannot be listed from here)")
+        elif not held:
+            out.append(f"  {name}: none (scanned for a change's keys)")
+        for a in held or ():
+            state = "unusable until built again" if a["to"] is None else \
+                f"as of version {a['to']}, {a['appends']} append(s) since its build"
+            out.append(f"  {name} by {a['key']}: {state}; {a['rows']:,} rows, {a['files']} file(s), "
+                       f"{a['bytes'] / 1e6:.1f} MB; columns {', '.join(a['columns'])}")
+    return out
+
+
 def explain(engine, table) -> str:
     compiled = table.compiled
     out = [f"table {table.name}", f"  fingerprint {compiled.fingerprint}"]
@@ -124,6 +144,8 @@ def explain(engine, table) -> str:
         out.append("  no input has a new version: noop, recorded without a Spark job")
         out.append("  an input's change batch consolidates to nothing (only columns not read changed): its join "
                    "terms and the operators above it are skipped")
+    out.append("")
+    out.extend(_arrangements(engine, table))
     out.append("")
     out.extend(_triggers(engine, table))
     invalidation = _invalidation(engine, table)

@@ -16,6 +16,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from epochal import Engine
 from epochal.arrangements import Arrangements, net_rows
 from epochal.graph import WEIGHT
 from tests.test_differential import run_epochs
@@ -64,8 +65,8 @@ class _Served(logging.Handler):
 
 def test_arrangements_are_built_appended_and_read(spark, warehouse):
     """A key changed on each side over four epochs: the inputs read by key are arranged, the
-    arrangements advance by appends of the change feed, later reads are served from them, and the
-    tables stay exact."""
+    arrangements advance by appends of the change feed, later reads are served from them, the
+    tables stay exact, and `explain` shows each arrangement's state and size."""
     epochs = [([("delete_key", 4)], [("rename", 1, "uno")]), ([("move_key", "y", 1)], []),
               ([("delete_key", 2)], [("rename", 2, "dos")]), ([], [("rename", 1, "eins")])]
     shapes = {name: RESTRICTED[name] for name in ("joined", "with_partner", "exists_over_join")}
@@ -86,3 +87,9 @@ def test_arrangements_are_built_appended_and_read(spark, warehouse):
     assert all(chains.values()), chains
     assert any(len(chain) > 1 and chain[-1].since is not None for chain in chains.values()), chains  # appended
     assert handler.served > 0
+    engine = Engine(spark, root, arrange_rows=0)
+    engine.source("a")
+    engine.source("b")
+    engine.define_all(shapes)
+    explained = engine.explain("joined")
+    assert all(f"{name} by k: as of version" in explained for name in ("a", "b")), explained
