@@ -200,6 +200,7 @@ def _epoch(engine, spark, root: str, generator, index: int, queries: list[str]) 
     incremental, reports = _timed(lambda: engine.refresh(names, until=until, upstream=False))
     arranged = [dict(input=Path(path).name, key=key, version=version, what=what, seconds=round(seconds, 3))
                 for path, key, version, what, seconds in engine.arranged]
+    served = [dict(input=Path(path).name, key=key, **counts) for (path, key), counts in engine.arranged_reads.items()]
     recompute, recomputes = _recompute_all(engine, names, root)
     noop, _ = _timed(lambda: engine.refresh(names, until=until + timedelta(minutes=30), upstream=False))
     unread = _unread_columns_epoch(engine, spark, root, names, until + timedelta(minutes=40),
@@ -216,7 +217,7 @@ def _epoch(engine, spark, root: str, generator, index: int, queries: list[str]) 
     changed = {t: batch.counts(t) for t in SOURCES}
     return dict(index=index, floor_seconds=round(floor, 3), floor_driver_seconds=round(floor_driver, 3), incremental_seconds=round(incremental, 3),
                 recompute_seconds=round(recompute, 3), noop_seconds=round(noop, 3), unread_columns=unread,
-                source_changes=changed, arranged=arranged,
+                source_changes=changed, arranged=arranged, arranged_reads=served,
                 tables=tables)
 
 
@@ -340,7 +341,16 @@ def _arranged_line(run: dict) -> list[str]:
     if not done:
         return []
     parts = [f"epoch {i}: {a['input']}.{a['key']} {a['what']} {a['seconds']:.1f} s" for i, a in done if a["what"] != "current"]
-    return [f"Arrangements (inside the whole epoch): {', '.join(parts) or 'all current'}.", ""]
+    lines = [f"Arrangements (inside the whole epoch): {', '.join(parts) or 'all current'}.", ""]
+    served = [(e["index"], r) for e in run["epochs"] for r in e.get("arranged_reads", [])]
+    if served:
+        lines += ["Reads served by arrangements (per epoch and input, all tables' steps together):", "",
+                  "| epoch | input.key | reads | keys | files | row groups | rows read | change feed rows |",
+                  "|---:|---|---:|---:|---:|---:|---:|---:|"]
+        lines += [f"| {i} | {r['input']}.{r['key']} | {r['reads']} | {r['keys']} | {r['files']} | {r['row_groups']} | "
+                  f"{r['rows']} | {r['feed_rows']} |" for i, r in served]
+        lines.append("")
+    return lines
 
 
 def _arrange_rows(value: int | None) -> str:

@@ -124,6 +124,8 @@ class Arrangements:
         self.min_rows = min_rows
         self._chains: dict[str, tuple[int, list[Commit]]] = {}
         self._guard = threading.Lock()
+        # (input, key) -> [reads, keys, files, row groups, rows read, change feed rows] since take_served
+        self._served: dict[tuple[str, str], list[int]] = {}
 
     def path(self, source: str, key: str) -> str:
         name = re.sub(r"[^a-z0-9_]+", "_", source.rstrip("/").rsplit("/", 1)[-1].lower())[:40]
@@ -195,12 +197,14 @@ class Arrangements:
             condition = ds.field(field).isin(values)
             if nulls:
                 condition = condition | ds.field(field).is_null()
-            arranged = _without_views(
-                _files_holding(table, dataset, field, values, nulls).to_table(columns=selected, filter=condition))
+            holding = _files_holding(table, dataset, field, values, nulls)
+            arranged = _without_views(holding.to_table(columns=selected, filter=condition))
         except (DeltaError, OSError, KeyError, ValueError, pa.ArrowException) as error:
             log.warning("arrangement %s not read (%s); %s is scanned instead", self.path(source, key), error, source)
             return None
         parts = [arranged]
+        fragments = list(holding.get_fragments())
+        served = [1, len(values), len(fragments), sum(f.num_row_groups for f in fragments), arranged.num_rows, 0]
         if commit.to < version:
             feed = changes(commit.to, version)
             if feed is None:
@@ -211,6 +215,7 @@ class Arrangements:
             if nulls:
                 mask = pc.or_(mask, pc.is_null(feed.column(by_name[key.lower()])))
             feed = feed.filter(pc.fill_null(mask, False))
+            served[-1] = feed.num_rows
             weight = _weights(feed)
             try:
                 parts.append(pa.Table.from_arrays(
@@ -226,7 +231,19 @@ class Arrangements:
                         self.path(source, key), source, version)
             self.discard(source, key)
             return None
+        with self._guard:
+            total = self._served.setdefault((source, key), [0] * len(served))
+            total[:] = [a + b for a, b in zip(total, served)]
         return rows.rename_columns(list(columns))
+
+    def take_served(self) -> dict[tuple[str, str], dict[str, int]]:
+        """The reads served since the last call, per (input, key): how many, for how many keys,
+        the files and row groups opened, the arrangement's rows read and the change feed's rows
+        added; and forget them."""
+        with self._guard:
+            served, self._served = self._served, {}
+        names = ("reads", "keys", "files", "row_groups", "rows", "feed_rows")
+        return {k: dict(zip(names, v)) for k, v in served.items()}
 
     def of(self, source: str) -> list[dict] | None:
         """The arrangements of `source` in the warehouse (key, the input version they stand for,

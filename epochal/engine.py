@@ -166,6 +166,7 @@ class Engine:
         self.sources: dict[str, Source] = {}
         self._tables: dict[str, Table] = {}
         self.arranged: list[tuple[str, str, int, str, float]] = []  # the last refresh's: path, key, version, what, s
+        self.arranged_reads: dict[tuple[str, str], dict[str, int]] = {}  # the last refresh's (Arrangements.take_served)
         self.arrangements = Arrangements(self.warehouse.engine_path("arrangements"), storage_options, arrange_rows) \
             if arrange_rows is not None else None
 
@@ -350,6 +351,8 @@ class Engine:
         a failure no new table starts; the first error is raised once the running ones finish."""
         reads = SharedReads(self.storage_options, self.driver_rows, self._columns_read(names),
                             arrangements=self.arrangements)
+        if self.arrangements is not None:
+            self.arrangements.take_served()  # a failed refresh's reads are not this one's
         try:
             reports = self._run_steps(names, epoch, full_refresh, reads)
             self._arrange(reads)
@@ -364,6 +367,7 @@ class Engine:
         self.arranged = []
         if self.arrangements is None:
             return
+        self.arranged_reads = self.arrangements.take_served()
         for (path, key), version in sorted(reads.keyed.items()):
             chain = self.arrangements.chain(path, key)
             if not chain and not self.arrangements.worth_arranging(path, version, key):
