@@ -166,24 +166,6 @@ def clustered_table(spark, warehouse) -> str:
     return path
 
 
-@settings(SLOW, max_examples=10 * EXAMPLES)
-@given(keys=st.lists(st.integers(0, 210), max_size=5, unique=True), nulls=st.booleans(),
-       version=st.integers(0, 2), column=st.sampled_from(["k", "day"]))
-def test_a_restricted_read_of_clustered_files_reads_only_theirs_and_every_row(spark, clustered_table, keys, nulls,
-                                                                           version, column):
-    """Files whose statistics admit none of the keys are skipped (_files_holding); the rows read
-    are still exactly the keys' rows, NULLs included when asked."""
-    path = clustered_table
-    schema = spark.read.format("delta").load(path).schema
-    values = tuple(sorted(keys)) if column == "k" else tuple(sorted(date(2020, 1, 1) + timedelta(days=k) for k in keys))
-    restricted = SharedReads(None, driver_rows=1, key_rows=1_000).restricted(
-        spark, path, version, schema, column, values, nulls)  # too large to hold whole: scanned for the keys
-    assert restricted is not None
-    wanted = F.col(column).isin(list(values)) | (F.col(column).isNull() if nulls else F.lit(False))
-    spark_rows = spark.read.format("delta").option("versionAsOf", version).load(path).filter(wanted)
-    assert as_multiset(restricted.select(*spark_rows.columns)) == as_multiset(spark_rows)
-
-
 def test_files_whose_statistics_miss_every_key_are_not_read(clustered_table):
     from deltalake import DeltaTable
 
@@ -219,13 +201,16 @@ def row_grouped_table(spark, warehouse) -> str:
     return path
 
 
+@pytest.mark.parametrize("layout", ["clustered_table", "row_grouped_table"])
 @settings(SLOW, max_examples=10 * EXAMPLES)
-@given(keys=st.lists(st.integers(-2, 125), max_size=6, unique=True), nulls=st.booleans(),
-       version=st.integers(0, 1), column=st.sampled_from(["k", "day"]))
-def test_a_restricted_read_of_small_row_groups_finds_every_row(spark, row_grouped_table, keys, nulls, version, column):
-    """Row groups whose statistics admit none of the keys are skipped; the rows read are still
-    exactly the keys' rows, NULLs included when asked."""
-    path = row_grouped_table
+@given(keys=st.lists(st.integers(-2, 210), max_size=6, unique=True), nulls=st.booleans(),
+       version=st.integers(0, 2), column=st.sampled_from(["k", "day"]))
+def test_a_restricted_read_skipping_files_and_row_groups_finds_every_row(spark, request, layout, keys, nulls,
+                                                                         version, column):
+    """Files and row groups whose statistics admit none of the keys are skipped (_files_holding);
+    the rows read are still exactly the keys' rows, NULLs included when asked."""
+    path = request.getfixturevalue(layout)
+    version = min(version, {"clustered_table": 2, "row_grouped_table": 1}[layout])
     schema = spark.read.format("delta").load(path).schema
     values = tuple(sorted(keys)) if column == "k" else tuple(sorted(date(2020, 1, 1) + timedelta(days=k) for k in keys))
     restricted = SharedReads(None, driver_rows=1, key_rows=1_000).restricted(
