@@ -174,10 +174,11 @@ class Arrangements:
         return found[-1]
 
     def read(self, source: str, version: int, key: str, values: pa.Array, nulls: bool, columns: list[str],
-             changes) -> pa.Table | None:
+             changes, limit: int | None = None) -> pa.Table | None:
         """The input's rows as of `version` whose `key` is one of `values` (or NULL, with `nulls`),
-        with `columns`; None when no arrangement serves it (then scan the input). `changes(before,
-        after)`: the input's change feed as Arrow (`_change_type` and every column), or None."""
+        with `columns`; None when no arrangement serves it (then scan the input) or they are more
+        than `limit`. `changes(before, after)`: the input's change feed as Arrow (`_change_type`
+        and every column), or None."""
         import pyarrow.dataset as ds
         from deltalake import DeltaTable
         from deltalake.exceptions import DeltaError
@@ -230,6 +231,8 @@ class Arrangements:
                         "scanned instead, and the arrangement is built again by the next refresh",
                         self.path(source, key), source, version)
             self.discard(source, key)
+            return None
+        if limit is not None and rows.num_rows > limit:
             return None
         with self._guard:
             total = self._served.setdefault((source, key), [0] * len(served))

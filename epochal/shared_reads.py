@@ -373,13 +373,15 @@ class SharedReads:
 
     def _timed_read(self, path: str, version: int, field: str, keys: tuple, nulls: bool) -> pa.Table | None:
         began = time.perf_counter()
-        if path in self.columns:  # an input of the refresh's plans (not a state table): worth arranging
-            with self._guard:
-                self.keyed[(path, field)] = max(version, self.keyed.get((path, field), -1))
         found = self._arranged(path, version, field, keys, nulls)
         how = "from its arrangement"
         if found is None:
             found, how = self._restricted(path, version, field, keys, nulls), "by a scan"
+        if found is not None and path in self.columns:
+            # an input of the refresh's plans (not a state table) whose keys' rows fit on the
+            # driver: worth arranging (a key whose rows do not, as a nation key's, is Spark's anyway)
+            with self._guard:
+                self.keyed[(path, field)] = max(version, self.keyed.get((path, field), -1))
         log.debug("read %s version %d for %d values of %s on the driver %s: %s rows in %.2f s", path, version,
                   len(keys), field, how, "too many" if found is None else found.num_rows, time.perf_counter() - began)
         return found
@@ -405,8 +407,9 @@ class SharedReads:
         if values is None:
             return None
         found = self.arrangements.read(path, version, field, values, nulls, columns,
-                                       lambda before, after: self.keyed_change_rows(path, before, after))
-        if found is None or found.num_rows > self.key_rows:
+                                       lambda before, after: self.keyed_change_rows(path, before, after),
+                                       self.key_rows)
+        if found is None:
             return None
         try:
             return found.cast(pa.schema([schema.field(c) for c in columns]))
