@@ -221,6 +221,23 @@ def _epoch(engine, spark, root: str, generator, index: int, queries: list[str]) 
                 tables=tables)
 
 
+def _peak_gigabytes(spark) -> dict[str, float | None]:
+    """The driver's peak resident memory so far (Linux VmHWM): the Python process and Spark's JVM,
+    which `local[*]` runs the executors in."""
+    import os as _os
+
+    def peak(pid) -> float | None:
+        try:
+            with open(f"/proc/{pid}/status") as status:
+                line = next(l for l in status if l.startswith("VmHWM:"))
+            return round(int(line.split()[1]) / (1 << 20), 2)
+        except (OSError, StopIteration, ValueError):
+            return None
+
+    process = getattr(getattr(spark.sparkContext, "_gateway", None), "proc", None)
+    return dict(python=peak(_os.getpid()), jvm=peak(process.pid) if process is not None else None)
+
+
 def run_scale(spark, work: Path, scale: float, fraction: float, epochs: int, queries: list[str],
               driver_rows: int | None = None, source_writer: str = "delta-rs", arrange_rows: int | None = -1) -> dict:
     from ops.changes import ChangeGenerator
@@ -240,7 +257,8 @@ def run_scale(spark, work: Path, scale: float, fraction: float, epochs: int, que
             f"{n} {t['incremental_seconds']:.1f}s/{t['recompute_seconds']:.1f}s" for n, t in results[-1]["tables"].items()),
             flush=True)
     shutil.rmtree(root, ignore_errors=True)
-    return dict(scale=scale, fraction=fraction, first_epoch_seconds=round(first, 1), epochs=results)
+    return dict(scale=scale, fraction=fraction, first_epoch_seconds=round(first, 1), epochs=results,
+                peak_gigabytes=_peak_gigabytes(spark))
 
 
 def summarize(run: dict) -> list[dict]:
@@ -334,6 +352,14 @@ def _format(value, digits=2) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+def _peak_line(run: dict) -> list[str]:
+    peak = run.get("peak_gigabytes")
+    if not peak:
+        return []
+    return [f"Driver peak resident memory after this scale (VmHWM): Python {_format(peak.get('python'))} GB, "
+            f"Spark's JVM {_format(peak.get('jvm'))} GB.", ""]
+
+
 def _arranged_line(run: dict) -> list[str]:
     """What the epochs spent arranging inputs (built by Spark, advanced by appends), inside the
     whole-epoch figure above."""
@@ -374,6 +400,7 @@ def report_markdown(arguments, runs: list[dict], sweep: list[dict], started: str
         lines += [f"## Scale {run['scale']:g}, {run['fraction'] * 100:g}% of orders changed per epoch", "",
                   f"**Whole epoch: incremental {incremental:.1f} s, recompute-and-overwrite {recompute:.1f} s: "
                   f"{ratio:.2f}x** (mean of {len(run['epochs'])} epochs; >1 means incremental is faster).", "",
+                  *_peak_line(run),
                   f"First epoch (all tables, rescan): {run['first_epoch_seconds']} s. Noop epoch: mean "
                   f"{statistics.mean(e['noop_seconds'] for e in run['epochs']):.2f} s. Floor (read the change "
                   f"batches + one empty commit): mean {statistics.mean(floors):.2f} s through Spark, "
