@@ -126,6 +126,7 @@ class Arrangements:
         self._guard = threading.Lock()
         # (input, key) -> [reads, keys, files, row groups, rows read, change feed rows] since take_served
         self._served: dict[tuple[str, str], list[int]] = {}
+        self._distrusted: set[str] = set()  # disagreed with its input or failed to advance: unusable until built
 
     def path(self, source: str, key: str) -> str:
         name = re.sub(r"[^a-z0-9_]+", "_", source.rstrip("/").rsplit("/", 1)[-1].lower())[:40]
@@ -138,6 +139,8 @@ class Arrangements:
         from .deltalog import DeltaLog
 
         path = self.path(source, key)
+        if path in self._distrusted:
+            return []
         log_ = DeltaLog.open(path, self.storage_options)
         if log_ is None:
             return []
@@ -230,7 +233,7 @@ class Arrangements:
             log.warning("arrangement %s disagrees with %s as of version %d (a weight below zero); the input is "
                         "scanned instead, and the arrangement is built again by the next refresh",
                         self.path(source, key), source, version)
-            self.discard(source, key)
+            self.distrust(source, key)
             return None
         if limit is not None and rows.num_rows > limit:
             return None
@@ -280,9 +283,15 @@ class Arrangements:
                 found.append(dict(key=entry.base_name, to=None, appends=None, columns=[], rows=0, files=0, bytes=0))
         return sorted(found, key=lambda a: a["key"])
 
-    def discard(self, source: str, key: str) -> None:
+    def _written(self, source: str, key: str) -> None:
+        """Forget the cached chain: the arrangement has a new commit."""
         with self._guard:
-            self._chains[self.path(source, key)] = (-1, [])
+            self._chains.pop(self.path(source, key), None)
+
+    def distrust(self, source: str, key: str) -> None:
+        """Read no more of this arrangement, and build it again when next advanced."""
+        with self._guard:
+            self._distrusted.add(self.path(source, key))
 
     def worth_arranging(self, source: str, version: int, key: str) -> bool:
         """Whether `source` as of `version` is large enough to arrange, and `key` of a type whose
@@ -328,7 +337,9 @@ class Arrangements:
                 else:
                     hadoop.set("parquet.block.row.count.limit", before)
         log.info("arranged %s by %s as of version %d: %d rows", source, key, version, rows)
-        self.discard(source, key)
+        self._written(source, key)
+        with self._guard:
+            self._distrusted.discard(self.path(source, key))
         return self.chain(source, key)[-1]
 
     def append(self, source: str, key: str, commit: Commit, to: int, feed: pa.Table) -> None:
@@ -346,7 +357,7 @@ class Arrangements:
         meta = dict(arrangement=FORMAT, since=commit.to, to=to, columns=list(commit.columns), source=source, key=key)
         write_deltalake(table, _aligned(rows, table), mode="append", storage_options=self.storage_options,
                         commit_properties=CommitProperties(custom_metadata={"userMetadata": json.dumps(meta)}))
-        self.discard(source, key)
+        self._written(source, key)
 
     def advance(self, spark, source: str, version: int, key: str, columns: list[str], changes) -> str:
         """Bring the arrangement of `source` by `key` to `version`: build it (none yet, too many

@@ -381,7 +381,7 @@ class Engine:
             except Exception as error:  # noqa: BLE001 - a cache; the next refresh tries again
                 log.warning("could not arrange %s by %s as of version %d (%s: %s); its readers scan it instead",
                             path, key, version, type(error).__name__, error)
-                self.arrangements.discard(path, key)
+                self.arrangements.distrust(path, key)
 
     def path_of(self, name: str) -> str:
         """Where the source or derived table `name` is stored."""
