@@ -128,8 +128,13 @@ class Arrangements:
         self._served: dict[tuple[str, str], list[int]] = {}
         self._distrusted: set[str] = set()  # disagreed with its input or failed to advance: unusable until built
 
+    @staticmethod
+    def _prefix(source: str) -> str:
+        """What every arrangement of `source` is named with first."""
+        return re.sub(r"[^a-z0-9_]+", "_", source.rstrip("/").rsplit("/", 1)[-1].lower())[:40] + "."
+
     def path(self, source: str, key: str) -> str:
-        name = re.sub(r"[^a-z0-9_]+", "_", source.rstrip("/").rsplit("/", 1)[-1].lower())[:40]
+        name = self._prefix(source)[:-1]
         digest = hashlib.sha1(f"{source.rstrip('/')}\0{key.lower()}".encode()).hexdigest()[:10]
         return f"{self.root}/{name}.{re.sub(r'[^a-z0-9_]+', '_', key.lower())}.{digest}"
 
@@ -263,7 +268,7 @@ class Arrangements:
             entries = filesystem.get_file_info(pafs.FileSelector(root, allow_not_found=True))
         except (pa.ArrowException, OSError, ValueError):
             return None
-        prefix = self.path(source, "k").rsplit("/", 1)[-1].split(".", 1)[0] + "."
+        prefix = self._prefix(source)
         found = []
         for entry in entries:
             if entry.type != pafs.FileType.Directory or not entry.base_name.startswith(prefix):
