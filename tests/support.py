@@ -13,7 +13,11 @@ from delta.tables import DeltaTable
 # The tests' JVMs are short-lived and run thousands of tiny plans: C1-compiled code only and the
 # parallel collector cut the JVM's CPU over two concurrent test_differential runs from 321 s to 237 s
 # (wall 195 s -> 156 s); the JIT's second tier would repay its compile time only in long runs.
-TEST_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseParallelGC"
+# C1 alone shrinks the JVM's default code cache from 240 MB to 48 MB, which a test JVM fills within
+# two minutes: the JIT is then disabled, and a class defined after that (a lambda's adapter) fails
+# with VirtualMachineError, which Spark's executor treats as fatal and exits the whole JVM (CI lost a
+# test worker's session this way). Hence the cache at its tiered default size.
+TEST_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseParallelGC -XX:ReservedCodeCacheSize=240m"
 
 
 def child_environment(**variables: str) -> dict[str, str]:
