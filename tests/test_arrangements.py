@@ -93,3 +93,30 @@ def test_arrangements_are_built_appended_and_read(spark, warehouse):
     engine.define_all(shapes)
     explained = engine.explain("joined")
     assert all(f"{name} by k: as of version" in explained for name in ("a", "b")), explained
+
+
+def test_a_build_writes_one_key_range_per_file_holding_the_input(spark, warehouse):
+    """Built in files of few rows, an arrangement holds exactly its input's rows (NULL keys
+    too), each file one range of keys, the files' ranges disjoint: the layout a keyed read
+    skips files and row groups by."""
+    import random
+
+    from deltalake import DeltaTable
+    from pyspark.sql.types import IntegerType, StringType, StructField, StructType
+
+    random.seed(7)
+    source = f"{warehouse}/{uuid.uuid4().hex[:8]}/sources/a"
+    schema = StructType([StructField("k", IntegerType()), StructField("v", StringType())])
+    rows = [(random.choice([None, *range(-500, 500)]), f"v{i % 7}") for i in range(3_000)]
+    for part in range(3):  # three files spanning all keys, as random keys' inserts leave a table
+        spark.createDataFrame(rows[part::3], schema).coalesce(1).write.format("delta").mode("append").save(source)
+    arrangements = Arrangements(f"{warehouse}/{uuid.uuid4().hex[:8]}", rows_per_file=700)
+    commit = arrangements.build(spark, source, 2, "k", ["k", "v"])
+    arranged = DeltaTable(arrangements.path(source, "k"), version=commit.version)
+    data = arranged.to_pyarrow_table()
+    assert Counter(zip(data.column("k").to_pylist(), data.column("v").to_pylist())) == Counter(rows)
+    assert set(data.column(WEIGHT).to_pylist()) == {1}
+    actions = pa.table(arranged.get_add_actions(flatten=True)).to_pylist()
+    assert len(actions) >= 4, actions  # about 3,000 / 700 ranges, each a file
+    spans = sorted((a["min.k"], a["max.k"]) for a in actions if a["min.k"] is not None)
+    assert all(high < next_low for (_, high), (next_low, _) in zip(spans, spans[1:])), spans
