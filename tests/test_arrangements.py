@@ -101,15 +101,14 @@ def test_a_build_writes_one_key_range_per_file_holding_the_input(spark, warehous
     skips files and row groups by."""
     import random
 
-    from deltalake import DeltaTable
-    from pyspark.sql.types import IntegerType, StringType, StructField, StructType
+    from deltalake import DeltaTable, write_deltalake
 
     random.seed(7)
     source = f"{warehouse}/{uuid.uuid4().hex[:8]}/sources/a"
-    schema = StructType([StructField("k", IntegerType()), StructField("v", StringType())])
     rows = [(random.choice([None, *range(-500, 500)]), f"v{i % 7}") for i in range(3_000)]
     for part in range(3):  # three files spanning all keys, as random keys' inserts leave a table
-        spark.createDataFrame(rows[part::3], schema).coalesce(1).write.format("delta").mode("append").save(source)
+        write_deltalake(source, pa.table({"k": pa.array([r[0] for r in rows[part::3]], pa.int32()),
+                                          "v": pa.array([r[1] for r in rows[part::3]], pa.string())}), mode="append")
     arrangements = Arrangements(f"{warehouse}/{uuid.uuid4().hex[:8]}", rows_per_file=700)
     commit = arrangements.build(spark, source, 2, "k", ["k", "v"])
     arranged = DeltaTable(arrangements.path(source, "k"), version=commit.version)
