@@ -13,8 +13,11 @@ and table of the warehouse that looks the input up by that key.
 An arrangement is a Z-set of the input's rows as of a version of it: a Delta table under
 `<warehouse>/_epochal/arrangements/`, each row with a WEIGHT. It is built by Spark from the
 input's snapshot (every weight 1, sorted by the key); each refresh that read the input by key
-appends the input's change feed since (weights +1 and -1, a small delta-rs commit), and after
-REBUILD_AFTER appends it is built again, so the appended, unsorted rows stay few. Every commit
+appends the input's change feed since (weights +1 and -1, a small delta-rs commit, sorted by the
+key in row groups of ROW_GROUP rows too, so a read skips most of each appended file as well). It is
+built again once its appends are MAX_APPENDS files or REBUILD_FRACTION of its built rows, since
+every read opens each appended file and cancelled rows pile up; at scale 10 a build of lineitem
+takes minutes, so it is rebuilt rarely. Every commit
 records, in its `userMetadata`, the input versions its rows stand for (`since`, `to`), so a
 reader takes the last commit at or before the version it wants and adds the change feed from
 there, and a chain with a gap (a lost or doubled append) is never read.
@@ -45,7 +48,9 @@ log = logging.getLogger("epochal")
 
 ROW_GROUP = 2_000  # rows per Parquet row group of an arrangement (bench.keyed_reads: 2,000 vs 10,000)
 ROWS_PER_FILE = 4_000_000
-REBUILD_AFTER = 8  # appends before the arrangement is built again, sorted
+MAX_APPENDS = 64  # appended files before the arrangement is built again (each read opens every one)
+REBUILD_FRACTION = 0.1  # appended rows, against the built rows, before it is built again
+REBUILD_ROWS = 100_000  # appended rows below which it is never built again for their number (a read decodes them in ms)
 ARRANGE_ROWS = 1_000_000  # inputs smaller than this are scanned (a scan of them costs what a lookup does)
 FORMAT = 1
 _row_group_setting = threading.Lock()
@@ -60,6 +65,7 @@ class Commit:
     since: int | None
     to: int
     columns: tuple[str, ...]
+    rows: int | None = None  # rows built or appended (None: written before it was recorded)
 
 
 def _bits(column: pa.ChunkedArray) -> pa.ChunkedArray:
@@ -114,6 +120,18 @@ def _without_views(table: pa.Table) -> pa.Table:
     return table
 
 
+def due_for_rebuild(chain: list[Commit]) -> bool:
+    """Whether an arrangement's appends (the commits after its build) are many or large enough
+    that building it again costs less than reading them on: MAX_APPENDS files, or more than
+    REBUILD_FRACTION of the rows it was built with and REBUILD_ROWS."""
+    appends = chain[1:]
+    if len(appends) >= MAX_APPENDS:
+        return True
+    if chain[0].rows is None or any(c.rows is None for c in appends):
+        return len(appends) >= 8  # written before rows were recorded: the bound it was written under
+    return sum(c.rows for c in appends) > max(REBUILD_FRACTION * chain[0].rows, REBUILD_ROWS)
+
+
 class Arrangements:
     """The warehouse's arrangements: where each lives, which commit serves a read, how to build
     and advance one. `root`: the folder they live under."""
@@ -164,7 +182,7 @@ class Arrangements:
             if not isinstance(meta, dict) or meta.get("arrangement") != FORMAT:
                 commits = []  # a commit not ours: nothing before it can be trusted either
                 continue
-            step = Commit(commit.version, meta.get("since"), int(meta["to"]), tuple(meta["columns"]))
+            step = Commit(commit.version, meta.get("since"), int(meta["to"]), tuple(meta["columns"]), meta.get("rows"))
             if step.since is None:
                 commits = [step]
             elif commits and step.since == commits[-1].to and step.columns == commits[-1].columns:
@@ -332,7 +350,7 @@ class Arrangements:
         sorted_ = (frame.select(*[F.col(quoted(c)) for c in names], F.lit(1).cast("long").alias(WEIGHT))
                    .repartitionByRange(max(1, -(-rows // self.rows_per_file)), F.col(quoted(by_name[key.lower()])))
                    .sortWithinPartitions(F.col(quoted(by_name[key.lower()]))))
-        meta = dict(arrangement=FORMAT, since=None, to=version, columns=names, source=source, key=key)
+        meta = dict(arrangement=FORMAT, since=None, to=version, columns=names, source=source, key=key, rows=rows)
         hadoop = spark.sparkContext._jsc.hadoopConfiguration()
         with _row_group_setting:  # Parquet takes the row-group bound from the session's Hadoop conf only
             before = hadoop.get("parquet.block.row.count.limit")
@@ -353,7 +371,7 @@ class Arrangements:
 
     def append(self, source: str, key: str, commit: Commit, to: int, feed: pa.Table) -> None:
         """Append the input's change feed from `commit.to` to `to` (delta-rs, one small commit)."""
-        from deltalake import CommitProperties, DeltaTable, write_deltalake
+        from deltalake import CommitProperties, DeltaTable, WriterProperties, write_deltalake
 
         from .driver_commits import _aligned
         from .shared_reads import _weights
@@ -363,8 +381,13 @@ class Arrangements:
         by_name = {n.lower(): n for n in feed.column_names}
         rows = pa.Table.from_arrays([feed.column(by_name[c.lower()]) for c in commit.columns] + [_weights(feed)],
                                     names=list(commit.columns) + [WEIGHT])
-        meta = dict(arrangement=FORMAT, since=commit.to, to=to, columns=list(commit.columns), source=source, key=key)
+        key_name = next(c for c in commit.columns if c.lower() == key.lower())
+        rows = _without_views(rows)
+        rows = rows.take(pc.sort_indices(rows, [(key_name, "ascending")], null_placement="at_start"))
+        meta = dict(arrangement=FORMAT, since=commit.to, to=to, columns=list(commit.columns), source=source, key=key,
+                    rows=rows.num_rows)
         write_deltalake(table, _aligned(rows, table), mode="append", storage_options=self.storage_options,
+                        writer_properties=WriterProperties(max_row_group_size=ROW_GROUP),
                         commit_properties=CommitProperties(custom_metadata={"userMetadata": json.dumps(meta)}))
         self._written(source, key)
 
@@ -376,7 +399,7 @@ class Arrangements:
         held = {c.lower() for c in chain[-1].columns} if chain else set()
         if chain and chain[-1].to >= version and {c.lower() for c in columns} <= held:
             return "current"  # (a later refresh may have advanced it already)
-        if chain and chain[-1].to < version and {c.lower() for c in columns} <= held and len(chain) <= REBUILD_AFTER:
+        if chain and chain[-1].to < version and {c.lower() for c in columns} <= held and not due_for_rebuild(chain):
             feed = changes(chain[-1].to, version)
             if feed is not None:
                 self.append(source, key, chain[-1], version, feed)

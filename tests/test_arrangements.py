@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from epochal import Engine
-from epochal.arrangements import Arrangements, net_rows
+from epochal.arrangements import MAX_APPENDS, Arrangements, Commit, due_for_rebuild, net_rows
 from epochal.graph import WEIGHT
 from tests.test_differential import run_epochs
 from tests.test_shared_reads import DRIVER_ROWS, RESTRICTED
@@ -119,3 +119,16 @@ def test_a_build_writes_one_key_range_per_file_holding_the_input(spark, warehous
     assert len(actions) >= 4, actions  # about 3,000 / 700 ranges, each a file
     spans = sorted((a["min.k"], a["max.k"]) for a in actions if a["min.k"] is not None)
     assert all(high < next_low for (_, high), (next_low, _) in zip(spans, spans[1:])), spans
+
+
+def test_an_arrangement_is_built_again_once_its_appends_are_many_or_large():
+    def chain(built, *appended):
+        return [Commit(0, None, 0, ("k",), built)] + [Commit(i + 1, i, i + 1, ("k",), rows)
+                                                       for i, rows in enumerate(appended)]
+
+    assert not due_for_rebuild(chain(10))
+    assert not due_for_rebuild(chain(10, *[1_000] * 50))  # few rows in all: a read decodes them in ms
+    assert due_for_rebuild(chain(10, *[1] * MAX_APPENDS))  # as many files as a read should open
+    assert not due_for_rebuild(chain(60_000_000, *[60_000] * 30))  # 1.8M rows: 3% of what was built
+    assert due_for_rebuild(chain(60_000_000, *[600_000] * 11))  # 6.6M rows: 11%
+    assert due_for_rebuild(chain(None, *[1] * 8)) and not due_for_rebuild(chain(None, *[1] * 7))  # unrecorded rows
