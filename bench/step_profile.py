@@ -4,7 +4,7 @@ on the main thread under cProfile (wall-clock: a py4j call's time is Spark's, a 
 is delta-rs's). Prints each step's seconds and phases, then the engine functions by cumulative
 seconds over the profiled epochs (the first epoch is not profiled).
 
-    .venv/bin/python -m bench.step_profile 0.1 6 [--epochs 3] [--top 40] [--callers FUNCTION]
+    .venv/bin/python -m bench.step_profile 0.1 6 [--epochs 3] [--unprofiled 1] [--top 40] [--callers FUNCTION]
 
 `--callers pyspark` lists which engine lines call into a library (pyspark, py4j, deltalake,
 pyarrow), with the seconds spent under them.
@@ -25,6 +25,9 @@ def main(argv=None) -> None:
     parser.add_argument("scale", type=float)
     parser.add_argument("queries", type=int, nargs="+")
     parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--unprofiled", type=int, default=0,
+                        help="change epochs run before the profiled ones, not profiled (the epoch that builds "
+                             "arrangements, say)")
     parser.add_argument("--fraction", type=float, default=0.001)
     parser.add_argument("--top", type=int, default=40)
     parser.add_argument("--callers", default=None, help="a library (pyspark, py4j, deltalake, pyarrow): engine lines calling it")
@@ -44,17 +47,20 @@ def main(argv=None) -> None:
     print(f"first epoch: {time.perf_counter() - began:.1f} s")
     generator = ChangeGenerator(spark, root, seed=11, fraction=arguments.fraction)
     profile = cProfile.Profile(time.perf_counter)
-    for index in range(1, arguments.epochs + 1):
+    for index in range(1, arguments.unprofiled + arguments.epochs + 1):
         generator.apply_batch(index, LOADED_AT + timedelta(hours=index - 1, minutes=30))
         until = LOADED_AT + timedelta(hours=index)
+        profiled = index > arguments.unprofiled
         for name in names:
-            profile.enable()
+            if profiled:
+                profile.enable()
             began = time.perf_counter()
             [report] = engine.refresh([name], until=until, upstream=False)
             wall = time.perf_counter() - began
             profile.disable()
             cost = report.detail.get("cost", {})
-            print(f"epoch {index} {name}: {report.technique} {wall:.3f} s (step {report.seconds:.3f} s) "
+            print(f"epoch {index}{'' if profiled else ' (not profiled)'} {name}: {report.technique} {wall:.3f} s "
+                  f"(step {report.seconds:.3f} s) "
                   f"phases {report.detail.get('phases')} jobs {cost.get('spark_jobs')} "
                   f"commits {cost.get('delta_commits')}")
     stats = pstats.Stats(profile)
