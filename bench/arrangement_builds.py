@@ -2,10 +2,10 @@
 load), arranged by l_orderkey (the sources' own order) and l_suppkey (random across files) with
 the read columns of the seven benchmark queries, through `Arrangements.build`, beside the parts
 it is made of, each timed alone: a scan of those columns (Spark's noop writer), the same scan
-range-partitioned and sorted by the key (noop), and the build (which adds the Delta write in
-row groups of ROW_GROUP rows).
+range-partitioned and sorted by the key (noop), and the build by Spark (which adds the Delta
+write in row groups of ROW_GROUP rows) and, up to DRIVER_BUILD_ROWS rows, on the driver.
 
-    .venv/bin/python -m bench.arrangement_builds 1 [--keys l_orderkey l_suppkey] [--repeat 1]
+    .venv/bin/python -m bench.arrangement_builds 1 [--keys l_orderkey l_suppkey]
 
 Prints seconds and Spark jobs per phase and key.
 """
@@ -42,7 +42,7 @@ def main(argv=None) -> None:
     from pyspark.sql import functions as F
 
     from bench.__main__ import _session, _warehouse
-    from epochal.arrangements import ROWS_PER_FILE, Arrangements
+    from epochal.arrangements import DRIVER_BUILD_ROWS, ROWS_PER_FILE, Arrangements
 
     spark = _session("12g")
     base = Path(arguments.work) / f"tpch-{arguments.scale:g}"
@@ -60,8 +60,11 @@ def main(argv=None) -> None:
             print(f"by {key}:", flush=True)
             _timed(spark, "range-partition + sort (noop write)", lambda: frame.repartitionByRange(parts, F.col(key))
                    .sortWithinPartitions(key).write.format("noop").mode("overwrite").save())
-            arrangements = Arrangements(str(scratch / "arrangements"))
-            _timed(spark, "Arrangements.build", lambda: arrangements.build(spark, source, 0, key, COLUMNS))
+            by_spark = Arrangements(str(scratch / "by_spark"), driver_build_rows=0)
+            _timed(spark, "Arrangements.build by Spark", lambda: by_spark.build(spark, source, 0, key, COLUMNS))
+            if rows <= DRIVER_BUILD_ROWS:
+                on_driver = Arrangements(str(scratch / "on_driver"))
+                _timed(spark, "Arrangements.build on the driver", lambda: on_driver.build(spark, source, 0, key, COLUMNS))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
         spark.stop()

@@ -13,11 +13,12 @@ import uuid
 from collections import Counter
 
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from epochal import Engine
-from epochal.arrangements import MAX_APPENDS, Arrangements, Commit, due_for_rebuild, net_rows
+from epochal.arrangements import MAX_APPENDS, ROW_GROUP, Arrangements, Commit, due_for_rebuild, net_rows
 from epochal.graph import WEIGHT
 from tests.test_differential import run_epochs
 from tests.test_shared_reads import DRIVER_ROWS, RESTRICTED
@@ -95,30 +96,43 @@ def test_arrangements_are_built_appended_and_read(spark, warehouse):
     assert all(f"{name} by k: as of version" in explained for name in ("a", "b")), explained
 
 
-def test_a_build_writes_one_key_range_per_file_holding_the_input(spark, warehouse):
-    """Built in files of few rows, an arrangement holds exactly its input's rows (NULL keys
-    too), each file one range of keys, the files' ranges disjoint: the layout a keyed read
-    skips files and row groups by."""
+@pytest.mark.parametrize("builder", ["spark", "driver"])
+def test_a_build_sorts_the_input_by_its_key_into_disjoint_ranges(spark, warehouse, builder):
+    """Built by Spark (in files of few rows) or on the driver, an arrangement holds exactly its
+    input's rows (NULL keys too), in row groups of at most ROW_GROUP rows, each row group and
+    each file one range of keys, the ranges disjoint and in order: the layout a keyed read skips
+    files and row groups by."""
     import random
 
+    import pyarrow.parquet as pq
     from deltalake import DeltaTable, write_deltalake
 
     random.seed(7)
     source = f"{warehouse}/{uuid.uuid4().hex[:8]}/sources/a"
-    rows = [(random.choice([None, *range(-500, 500)]), f"v{i % 7}") for i in range(3_000)]
+    rows = [(random.choice([None, *range(-500, 500)]), f"v{i % 7}") for i in range(5_000)]
     for part in range(3):  # three files spanning all keys, as random keys' inserts leave a table
         write_deltalake(source, pa.table({"k": pa.array([r[0] for r in rows[part::3]], pa.int32()),
                                           "v": pa.array([r[1] for r in rows[part::3]], pa.string())}), mode="append")
-    arrangements = Arrangements(f"{warehouse}/{uuid.uuid4().hex[:8]}", rows_per_file=700)
+    arrangements = Arrangements(f"{warehouse}/{uuid.uuid4().hex[:8]}", rows_per_file=1_500,
+                                driver_build_rows=0 if builder == "spark" else 10_000)
     commit = arrangements.build(spark, source, 2, "k", ["k", "v"])
     arranged = DeltaTable(arrangements.path(source, "k"), version=commit.version)
     data = arranged.to_pyarrow_table()
     assert Counter(zip(data.column("k").to_pylist(), data.column("v").to_pylist())) == Counter(rows)
-    assert set(data.column(WEIGHT).to_pylist()) == {1}
-    actions = pa.table(arranged.get_add_actions(flatten=True)).to_pylist()
-    assert len(actions) >= 4, actions  # about 3,000 / 700 ranges, each a file
-    spans = sorted((a["min.k"], a["max.k"]) for a in actions if a["min.k"] is not None)
-    assert all(high < next_low for (_, high), (next_low, _) in zip(spans, spans[1:])), spans
+    assert set(data.column(WEIGHT).to_pylist()) == {1} and commit.rows == len(rows)
+    files = arranged.file_uris()
+    if builder == "spark":
+        assert len(files) >= 3, files  # about 5,000 / 1,500 ranges, each a file
+    spans = []
+    for file in files:
+        metadata = pq.ParquetFile(file).metadata
+        for group in range(metadata.num_row_groups):
+            chunk = metadata.row_group(group).column(0)
+            assert metadata.row_group(group).num_rows <= ROW_GROUP
+            if chunk.statistics.has_min_max:
+                spans.append((chunk.statistics.min, chunk.statistics.max))
+    spans.sort()
+    assert all(high <= next_low for (_, high), (next_low, _) in zip(spans, spans[1:])), spans  # a key may straddle two
 
 
 def test_an_arrangement_is_built_again_once_its_appends_are_many_or_large():
