@@ -20,11 +20,14 @@ lineitem for 1,500 order keys in about 0.3 s.
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import threading
 import time
+from datetime import date, datetime
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
@@ -104,26 +107,98 @@ def _admits(keys: list, smallest, largest) -> bool:
     return at < len(keys) and keys[at] <= largest
 
 
-def _row_groups_holding(fragment, column: str, keys: list, nulls: bool):
-    """`fragment` cut to its row groups whose statistics of `column` admit one of `keys`, or a
-    NULL when `nulls`; None when it holds none; the fragment itself when it cannot tell."""
-    metadata = fragment.metadata
-    if metadata.num_row_groups < 2:
-        return fragment
-    leaf = next((j for j in range(metadata.num_columns) if metadata.schema.column(j).path == column), None)
-    if leaf is None:
-        return fragment
-    chosen = []
-    for index in range(metadata.num_row_groups):
-        statistics = metadata.row_group(index).column(leaf).statistics
-        if statistics is None or not statistics.has_min_max:
-            chosen.append(index)
-        elif _admits(keys, statistics.min, statistics.max) or (
-                nulls and (not statistics.has_null_count or statistics.null_count > 0)):
-            chosen.append(index)
-    if not chosen:
+class _FileBounds:
+    """A Parquet data file's fragment with its footer read, and its row groups' statistics of
+    one column as arrays, kept across reads: a keyed read of an arrangement at scale 10 parsed
+    17 footers of 30,000 row groups and looped over their statistics in Python on every read
+    (0.3-0.45 s of a 1-s read of 1,500 keys). A Delta data file is never rewritten in place, so
+    (path, size) names its contents. Bounded by column chunks held (CACHED_CHUNKS)."""
+
+    def __init__(self):
+        self._files: collections.OrderedDict = collections.OrderedDict()
+        self._chunks = 0
+        self._guard = threading.Lock()
+
+    def get(self, fragment, size, column: str):
+        """(fragment with its metadata, lows, highs, may hold NULL) for `column`, lows and highs
+        as int64 (dates as days; a row group without statistics spans everything); None where
+        the file has no such leaf column or its statistics are not integers or dates."""
+        key = (fragment.path, size, column) if size is not None else None  # unsized: not kept
+        with self._guard:
+            found = self._files.get(key) if key is not None else None
+            if found is not None:
+                self._files.move_to_end(key)
+                return found
+        metadata = fragment.metadata
+        leaf = next((j for j in range(metadata.num_columns) if metadata.schema.column(j).path == column), None)
+        if leaf is None:
+            return None
+        count = metadata.num_row_groups
+        lows = np.full(count, np.iinfo(np.int64).min, dtype=np.int64)
+        highs = np.full(count, np.iinfo(np.int64).max, dtype=np.int64)
+        nulls = np.ones(count, dtype=bool)
+        for index in range(count):
+            statistics = metadata.row_group(index).column(leaf).statistics
+            if statistics is None:
+                continue
+            if statistics.has_min_max:
+                low, high = _as_integer(statistics.min), _as_integer(statistics.max)
+                if low is None or high is None:
+                    return None
+                lows[index], highs[index] = low, high
+            nulls[index] = not statistics.has_null_count or statistics.null_count > 0
+        found = (fragment, lows, highs, nulls)
+        if key is None:
+            return found
+        with self._guard:
+            self._files[key] = found
+            self._chunks += count * metadata.num_columns
+            while self._chunks > CACHED_CHUNKS and len(self._files) > 1:
+                _, (old, old_lows, _, _) = self._files.popitem(last=False)
+                self._chunks -= len(old_lows) * old.metadata.num_columns
+        return found
+
+
+CACHED_CHUNKS = 2_000_000  # column chunks of cached footers (a few hundred bytes each)
+_FILE_BOUNDS = _FileBounds()
+
+
+def _as_integer(value) -> int | None:
+    if isinstance(value, bool):
         return None
-    return fragment if len(chosen) == metadata.num_row_groups else fragment.subset(row_group_ids=chosen)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, date) and not isinstance(value, datetime):
+        return (value - EPOCH_DAY).days
+    return None
+
+
+EPOCH_DAY = date(1970, 1, 1)
+
+
+def _as_integers(values: pa.Array) -> np.ndarray:
+    """Sorted integer or date keys as int64 (dates as days since 1970), as _FileBounds holds them."""
+    if pa.types.is_date(values.type):
+        values = values.cast(pa.date32()).cast(pa.int32())
+    return np.asarray(values.cast(pa.int64()).to_numpy(zero_copy_only=False))
+
+
+def _row_groups_holding(fragment, column: str, keys: np.ndarray, nulls: bool, size=None):
+    """`fragment` cut to its row groups whose statistics of `column` admit one of `keys` (sorted
+    int64, `_as_integers`), or a NULL when `nulls`; None when it holds none; the fragment itself
+    when it cannot tell."""
+    found = _FILE_BOUNDS.get(fragment, size, column)
+    if found is None:
+        return fragment
+    fragment, lows, highs, may_null = found
+    at = np.searchsorted(keys, lows, side="left")
+    admitted = (at < len(keys)) & (keys[np.minimum(at, len(keys) - 1)] <= highs)
+    if nulls:
+        admitted |= may_null
+    chosen = np.flatnonzero(admitted)
+    if not len(chosen):
+        return None
+    return fragment if len(chosen) == len(lows) else fragment.subset(row_group_ids=chosen.tolist())
 
 
 def _files_holding(table, dataset, column: str, values: pa.Array, nulls: bool):
@@ -145,19 +220,21 @@ def _files_holding(table, dataset, column: str, values: pa.Array, nulls: bool):
     if low not in actions.column_names or high not in actions.column_names:
         return dataset
     keys = sorted(values.to_pylist())
-    kept = set()
+    kept = {}
     counts = actions.column(null_count).to_pylist() if null_count in actions.column_names \
         else [None] * actions.num_rows
-    for path, smallest, largest, count in zip(actions.column("path").to_pylist(), actions.column(low).to_pylist(),
-                                              actions.column(high).to_pylist(), counts):
+    for path, size, smallest, largest, count in zip(
+            actions.column("path").to_pylist(), actions.column("size_bytes").to_pylist(),
+            actions.column(low).to_pylist(), actions.column(high).to_pylist(), counts):
         if _admits(keys, smallest, largest) or (nulls and count != 0):
-            kept.add(path)
+            kept[path] = size
     fragments = list(dataset.get_fragments())
     chosen = [f for f in fragments if f.path in kept]
     if len(chosen) != len(kept):  # paths spelled otherwise (encoded): read every file
         chosen = fragments
     try:
-        cut = [_row_groups_holding(f, column, keys, nulls) for f in chosen]
+        integers = _as_integers(pa.array(keys, values.type))
+        cut = [_row_groups_holding(f, column, integers, nulls, kept.get(f.path)) for f in chosen]
     except (AttributeError, TypeError, pa.ArrowException):  # not Parquet fragments, or unlike statistics
         cut = chosen
     cut = [f for f in cut if f is not None]
