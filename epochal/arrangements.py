@@ -55,6 +55,8 @@ REBUILD_ROWS = 100_000  # appended rows below which it is never built again for 
 ARRANGE_ROWS = 1_000_000  # inputs smaller than this are scanned (a scan of them costs what a lookup does)
 DRIVER_BUILD_ROWS = 10_000_000  # inputs up to this many rows are arranged on the driver, larger ones by Spark
 FORMAT = 1
+# commits that add and remove no rows: the maintenance job's VACUUM (delta-rs logs its start and end)
+ROWLESS_OPERATIONS = frozenset({"VACUUM START", "VACUUM END"})
 _row_group_setting = threading.Lock()
 
 
@@ -178,6 +180,8 @@ class Arrangements:
             return cached[1]
         commits = []
         for commit in log_.commits(0):
+            if commit.operation in ROWLESS_OPERATIONS:
+                continue
             try:
                 meta = json.loads(commit.user_metadata or "")
             except ValueError:

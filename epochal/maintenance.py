@@ -42,13 +42,15 @@ class DeltaTarget:
     """A Delta table maintenance works on."""
 
     table: str  # the derived table it belongs to
-    kind: str  # "derived" | "state" | "ledger" | "remap"
+    kind: str  # "derived" | "state" | "ledger" | "remap" | "arrangement"
     path: str
     name: str = ""  # the state table's name
 
     @property
     def label(self) -> str:
-        return f"{self.table}/{self.name}" if self.kind == "state" else (self.table if self.kind == "derived" else f"{self.table} {self.kind}")
+        if self.kind in ("state", "arrangement"):
+            return f"{self.table}/{self.name}"
+        return self.table if self.kind == "derived" else f"{self.table} {self.kind}"
 
 
 @dataclass
@@ -92,9 +94,11 @@ def derived_tables(root: str, spark=None) -> list[str]:
 
 
 def targets(root: str, tables: list[str] | None = None, *, state: bool = True, bookkeeping: bool = False,
-            spark=None) -> list[DeltaTarget]:
+            arrangements: bool = False, spark=None) -> list[DeltaTarget]:
     """The Delta tables of `tables` (default: all derived tables): each derived table, its state
-    tables, and with `bookkeeping` its ledger and the shared remap."""
+    tables, with `bookkeeping` its ledger and the shared remap, and with `arrangements` the
+    warehouse's arrangements (epochal/arrangements.py; VACUUM only: compaction would undo their
+    sort order, and they are rebuilt, not optimized)."""
     warehouse = Warehouse(root)
     known = derived_tables(root, spark)
     chosen = tables or known
@@ -115,6 +119,11 @@ def targets(root: str, tables: list[str] | None = None, *, state: bool = True, b
             found.append(DeltaTarget(table, "ledger", warehouse.engine_path("tables", table, "ledger")))
     if bookkeeping and DeltaLog.open(warehouse.engine_path("remap")) is not None:
         found.append(DeltaTarget("(all tables)", "remap", warehouse.engine_path("remap")))
+    if arrangements:
+        folder = warehouse.engine_path("arrangements")
+        for name in _children(folder, spark):
+            if DeltaLog.open(f"{folder}/{name}") is not None:
+                found.append(DeltaTarget("(arrangements)", "arrangement", f"{folder}/{name}", name))
     return found
 
 
@@ -204,7 +213,7 @@ def vacuum(spark, target: DeltaTarget, retention_hours: float = DEFAULT_RETENTIO
             "explicitly (allow_short_retention) if you mean it"
         )
     hours, note = safe_retention_hours(target.path, retention_hours, keep_version)
-    if target.kind in ("ledger", "remap"):
+    if target.kind in ("ledger", "remap", "arrangement"):
         from deltalake import DeltaTable
 
         removed = DeltaTable(target.path).vacuum(retention_hours=int(math.ceil(hours)), dry_run=dry_run,

@@ -26,6 +26,8 @@ class VacuumConfig(Config):
     tables: list[str] = Field(default=[], description="derived tables to vacuum; empty: all")
     state: bool = Field(default=True, description="also vacuum their state tables")
     bookkeeping: bool = Field(default=False, description="also vacuum their ledgers and the remap")
+    arrangements: bool = Field(default=True, description="also vacuum the arrangements (the copies of large inputs "
+                               "sorted by a key; each rebuild leaves the last copy's files behind)")
     retention_hours: float = Field(
         default=maintenance.DEFAULT_RETENTION_HOURS,
         description="keep files removed within this many hours (Delta's default: 168 = 7 days); raised "
@@ -73,7 +75,8 @@ def vacuum_derived_tables(context: OpExecutionContext, config: VacuumConfig, spa
     needed = maintenance.needed_versions(root, session)
     results = []
     for target in maintenance.targets(root, config.tables or None, state=config.state,
-                                      bookkeeping=config.bookkeeping, spark=session):
+                                      bookkeeping=config.bookkeeping, arrangements=config.arrangements,
+                                      spark=session):
         result = maintenance.vacuum(
             session, target, config.retention_hours, keep_version=needed.get(target.path),
             allow_short_retention=config.allow_short_retention, dry_run=config.dry_run,

@@ -146,3 +146,28 @@ def test_an_arrangement_is_built_again_once_its_appends_are_many_or_large():
     assert not due_for_rebuild(chain(60_000_000, *[60_000] * 30))  # 1.8M rows: 3% of what was built
     assert due_for_rebuild(chain(60_000_000, *[600_000] * 11))  # 6.6M rows: 11%
     assert due_for_rebuild(chain(None, *[1] * 8)) and not due_for_rebuild(chain(None, *[1] * 7))  # unrecorded rows
+
+
+def test_vacuum_deletes_a_rebuilt_arrangements_old_files_and_it_stays_in_use(spark, warehouse):
+    """The vacuum job's arrangements: a rebuild leaves the last build's files behind, VACUUM
+    deletes them, and the arrangement's chain (which VACUUM's own commits do not break) still
+    serves reads."""
+    from deltalake import write_deltalake
+
+    from epochal import maintenance
+    from epochal.warehouse import Warehouse
+
+    root = f"{warehouse}/{uuid.uuid4().hex[:8]}"
+    source = f"{root}/sources/a"
+    write_deltalake(source, pa.table({"k": pa.array([1, 2, 3], pa.int64()), "v": ["a", "b", "c"]}))
+    write_deltalake(source, pa.table({"k": pa.array([4], pa.int64()), "v": ["d"]}), mode="append")
+    arrangements = Arrangements(Warehouse(root).engine_path("arrangements"))
+    arrangements.build(spark, source, 0, "k", ["k", "v"])
+    arrangements.build(spark, source, 1, "k", ["k", "v"])  # built again: version 0's file is removed
+    [target] = maintenance.targets(root, arrangements=True, spark=spark)
+    assert target.kind == "arrangement" and target.label.startswith("(arrangements)/a.k.")
+    result = maintenance.vacuum(spark, target, 0, allow_short_retention=True)
+    assert result.detail["files_deleted"] == 1, result.message
+    assert [(c.since, c.to) for c in Arrangements(arrangements.root).chain(source, "k")] == [(None, 1)]
+    rows = arrangements.read(source, 1, "k", pa.array([2, 4], pa.int64()), False, ["k", "v"], lambda *_: None)
+    assert sorted(rows.to_pylist(), key=lambda r: r["k"]) == [{"k": 2, "v": "b"}, {"k": 4, "v": "d"}]
