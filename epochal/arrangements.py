@@ -32,6 +32,7 @@ exact, a string's are truncated.
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import json
 import logging
@@ -54,6 +55,7 @@ REBUILD_FRACTION = 0.1  # appended rows, against the built rows, before it is bu
 REBUILD_ROWS = 100_000  # appended rows below which it is never built again for their number (a read decodes them in ms)
 ARRANGE_ROWS = 1_000_000  # inputs smaller than this are scanned (a scan of them costs what a lookup does)
 DRIVER_BUILD_ROWS = 10_000_000  # inputs up to this many rows are arranged on the driver, larger ones by Spark
+DECODED_BYTES = 1 << 30  # decoded row groups kept for later reads (Arrangements._rows_of)
 FORMAT = 1
 # commits that add and remove no rows: the maintenance job's VACUUM (delta-rs logs its start and end)
 ROWLESS_OPERATIONS = frozenset({"VACUUM START", "VACUUM END"})
@@ -141,17 +143,22 @@ class Arrangements:
     and advance one. `root`: the folder they live under."""
 
     def __init__(self, root: str, storage_options: dict[str, str] | None = None, min_rows: int = ARRANGE_ROWS,
-                 rows_per_file: int = ROWS_PER_FILE, driver_build_rows: int = DRIVER_BUILD_ROWS):
+                 rows_per_file: int = ROWS_PER_FILE, driver_build_rows: int = DRIVER_BUILD_ROWS,
+                 decoded_bytes: int = DECODED_BYTES):
         self.root = root.rstrip("/")
         self.storage_options = storage_options
         self.min_rows = min_rows
         self.rows_per_file = rows_per_file
         self.driver_build_rows = driver_build_rows
+        self.decoded_bytes = decoded_bytes
         self._chains: dict[str, tuple[int, list[Commit]]] = {}
         self._guard = threading.Lock()
         # (input, key) -> [reads, keys, files, row groups, rows read, change feed rows] since take_served
         self._served: dict[tuple[str, str], list[int]] = {}
         self._distrusted: set[str] = set()  # disagreed with its input or failed to advance: unusable until built
+        # (file, row group, columns) -> its decoded rows, least recently used first (DECODED_BYTES)
+        self._decoded: collections.OrderedDict = collections.OrderedDict()
+        self._decoded_bytes = 0
 
     @staticmethod
     def _prefix(source: str) -> str:
@@ -234,7 +241,7 @@ class Arrangements:
             if nulls:
                 condition = condition | ds.field(field).is_null()
             holding = _files_holding(table, dataset, field, values, nulls)
-            arranged = _without_views(holding.to_table(columns=selected, filter=condition))
+            arranged = _without_views(self._rows_of(holding, selected, field, values, nulls, condition))
         except (DeltaError, OSError, KeyError, ValueError, pa.ArrowException) as error:
             log.warning("arrangement %s not read (%s); %s is scanned instead", self.path(source, key), error, source)
             return None
@@ -273,6 +280,56 @@ class Arrangements:
             total = self._served.setdefault((source, key), [0] * len(served))
             total[:] = [a + b for a, b in zip(total, served)]
         return rows.rename_columns(list(columns))
+
+    def _rows_of(self, holding, selected: list[str], field: str, values: pa.Array, nulls: bool, condition) -> pa.Table:
+        """`holding`'s rows (files cut to the row groups that may hold the keys) whose `field` is
+        one of `values` (or NULL, with `nulls`). Row groups decoded by earlier reads are taken
+        from memory: the join terms of one refresh read the same changed orders' row groups
+        again and again (lineitem by l_orderkey at scale 10: 19,472 row groups in 12 reads)."""
+        parts = []
+        try:
+            for fragment in holding.get_fragments():
+                ids = [group.id for group in fragment.row_groups]
+                found, missing = {}, []
+                with self._guard:
+                    for group in ids:
+                        hit = self._decoded.get((fragment.path, group, tuple(selected)))
+                        if hit is None:
+                            missing.append(group)
+                        else:
+                            self._decoded.move_to_end((fragment.path, group, tuple(selected)))
+                            found[group] = hit
+                if missing:
+                    decoded = fragment.subset(row_group_ids=missing).to_table(schema=holding.schema, columns=selected)
+                    offset = 0
+                    for group in missing:
+                        rows = fragment.metadata.row_group(group).num_rows
+                        found[group] = decoded.slice(offset, rows)
+                        offset += rows
+                    if offset != decoded.num_rows:
+                        raise ValueError(f"{fragment.path}: row groups of {offset} rows decoded as {decoded.num_rows}")
+                    self._keep_decoded(fragment.path, selected, {g: found[g] for g in missing})
+                parts.extend(found[group] for group in ids)
+        except (AttributeError, TypeError):  # not Parquet fragments: scan them as they are
+            return holding.to_table(columns=selected, filter=condition)
+        if not parts:
+            return holding.schema.empty_table().select(selected)
+        rows = pa.concat_tables(parts)
+        mask = pc.is_in(rows.column(field), value_set=values)
+        if nulls:
+            mask = pc.or_(mask, pc.is_null(rows.column(field)))
+        return rows.filter(pc.fill_null(mask, False))
+
+    def _keep_decoded(self, path: str, selected: list[str], groups: dict[int, pa.Table]) -> None:
+        with self._guard:
+            for group, rows in groups.items():
+                key = (path, group, tuple(selected))
+                if key not in self._decoded:
+                    self._decoded[key] = rows
+                    self._decoded_bytes += rows.nbytes
+            while self._decoded and self._decoded_bytes > self.decoded_bytes:
+                _, old = self._decoded.popitem(last=False)
+                self._decoded_bytes -= old.nbytes
 
     def take_served(self) -> dict[tuple[str, str], dict[str, int]]:
         """The reads served since the last call, per (input, key): how many, for how many keys,

@@ -101,7 +101,8 @@ def test_a_build_sorts_the_input_by_its_key_into_disjoint_ranges(spark, warehous
     """Built by Spark (in files of few rows) or on the driver, an arrangement holds exactly its
     input's rows (NULL keys too), in row groups of at most ROW_GROUP rows, each row group and
     each file one range of keys, the ranges disjoint and in order: the layout a keyed read skips
-    files and row groups by."""
+    files and row groups by. Reads of overlapping keys (row groups decoded once, then kept) find
+    every row of their keys."""
     import random
 
     import pyarrow.parquet as pq
@@ -133,6 +134,10 @@ def test_a_build_sorts_the_input_by_its_key_into_disjoint_ranges(spark, warehous
                 spans.append((chunk.statistics.min, chunk.statistics.max))
     spans.sort()
     assert all(high <= next_low for (_, high), (next_low, _) in zip(spans, spans[1:])), spans  # a key may straddle two
+    for keys in ([-500, 0, 499], [-3, 0, 7, 250], [0, 7], list(range(-20, 20))):  # row groups decoded again, and not
+        found = arrangements.read(source, 2, "k", pa.array(keys, pa.int32()), keys == [0, 7], ["k", "v"], None)
+        wanted = [r for r in rows if r[0] in keys or (keys == [0, 7] and r[0] is None)]
+        assert Counter(zip(found.column("k").to_pylist(), found.column("v").to_pylist())) == Counter(wanted), keys
 
 
 def test_an_arrangement_is_built_again_once_its_appends_are_many_or_large():
