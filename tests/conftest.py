@@ -77,10 +77,36 @@ def pytest_testnodedown(node, error):
 
 
 def pytest_terminal_summary(terminalreporter):
-    """Figures the tests gathered (per-query techniques and timings), shown after every run."""
+    """Figures the tests gathered (per-query techniques and timings), and where the run's time
+    went per worker and test file, shown after every run."""
     from tests.support import SUMMARIES
 
     for text in SUMMARIES:
         terminalreporter.write_line("")
         for line in text.splitlines():
             terminalreporter.write_line(line)
+    _file_seconds(terminalreporter)
+
+
+FILE_SECONDS: dict[tuple[str, str], float] = {}  # (worker, test file) -> seconds of setup, call and teardown
+
+
+def pytest_runtest_logreport(report):
+    """On the controller, each test file's seconds per xdist worker: `make test` hands whole files
+    to workers (--dist loadfile), so the suite's wall time is its busiest worker's files."""
+    node = getattr(report, "node", None)
+    worker = getattr(getattr(node, "gateway", None), "id", None) or "main"
+    key = (worker, report.nodeid.split("::", 1)[0])
+    FILE_SECONDS[key] = FILE_SECONDS.get(key, 0.0) + report.duration
+
+
+def _file_seconds(terminalreporter) -> None:
+    if not FILE_SECONDS:
+        return
+    totals: dict[str, float] = {}
+    for (worker, _), seconds in FILE_SECONDS.items():
+        totals[worker] = totals.get(worker, 0.0) + seconds
+    terminalreporter.write_line("")
+    terminalreporter.write_line("seconds per worker: " + ", ".join(f"{w} {s:.0f}" for w, s in sorted(totals.items())))
+    ranked = sorted(FILE_SECONDS.items(), key=lambda item: -item[1])[:15]
+    terminalreporter.write_line("slowest test files: " + ", ".join(f"{f} {s:.0f} s ({w})" for (w, f), s in ranked))
