@@ -127,6 +127,11 @@ def _without_views(table: pa.Table) -> pa.Table:
     return table
 
 
+def _sorted_by(rows: pa.Table, key: str) -> pa.Table:
+    """`rows` in an arrangement's order: by `key`, NULLs first (as Spark's ascending sort)."""
+    return rows.take(pc.sort_indices(rows, sort_keys=[(key, "ascending", "at_start")]))
+
+
 def due_for_rebuild(chain: list[Commit]) -> bool:
     """Whether an arrangement's appends (the commits after its build) are many or large enough
     that building it again costs less than reading them on: MAX_APPENDS files, or more than
@@ -294,11 +299,12 @@ class Arrangements:
                 found, missing = {}, []
                 with self._guard:
                     for group in ids:
-                        hit = self._decoded.get((fragment.path, group, tuple(selected)))
+                        key = (fragment.path, group, tuple(selected))
+                        hit = self._decoded.get(key)
                         if hit is None:
                             missing.append(group)
                         else:
-                            self._decoded.move_to_end((fragment.path, group, tuple(selected)))
+                            self._decoded.move_to_end(key)
                             found[group] = hit
                 if missing:
                     decoded = fragment.subset(row_group_ids=missing).to_table(schema=holding.schema, columns=selected)
@@ -432,7 +438,7 @@ class Arrangements:
         rows = pa.Table.from_arrays([data.column(f.name).cast(f.type) for f in fields]
                                     + [pa.array(np.ones(data.num_rows, dtype=np.int64))],
                                     schema=pa.schema(fields + [pa.field(WEIGHT, pa.int64())]))
-        rows = rows.take(pc.sort_indices(rows, sort_keys=[(by_name[key.lower()].name, "ascending", "at_start")]))
+        rows = _sorted_by(rows, by_name[key.lower()].name)
         meta = dict(arrangement=FORMAT, since=None, to=version, columns=[f.name for f in fields], source=source,
                     key=key, rows=rows.num_rows)
         write_deltalake(self.path(source, key), rows, mode="overwrite", schema_mode="overwrite",
@@ -485,9 +491,7 @@ class Arrangements:
         by_name = {n.lower(): n for n in feed.column_names}
         rows = pa.Table.from_arrays([feed.column(by_name[c.lower()]) for c in commit.columns] + [_weights(feed)],
                                     names=list(commit.columns) + [WEIGHT])
-        key_name = next(c for c in commit.columns if c.lower() == key.lower())
-        rows = _without_views(rows)
-        rows = rows.take(pc.sort_indices(rows, sort_keys=[(key_name, "ascending", "at_start")]))
+        rows = _sorted_by(_without_views(rows), next(c for c in commit.columns if c.lower() == key.lower()))
         meta = dict(arrangement=FORMAT, since=commit.to, to=to, columns=list(commit.columns), source=source, key=key,
                     rows=rows.num_rows)
         write_deltalake(table, _aligned(rows, table), mode="append", storage_options=self.storage_options,

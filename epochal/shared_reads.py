@@ -128,7 +128,7 @@ class _FileBounds:
             found = self._files.get(key) if key is not None else None
             if found is not None:
                 self._files.move_to_end(key)
-                return found
+                return found[:-1]
         metadata = fragment.metadata
         leaf = next((j for j in range(metadata.num_columns) if metadata.schema.column(j).path == column), None)
         if leaf is None:
@@ -151,11 +151,10 @@ class _FileBounds:
         if key is None:
             return found
         with self._guard:
-            self._files[key] = found
+            self._files[key] = (*found, count * metadata.num_columns)
             self._chunks += count * metadata.num_columns
             while self._chunks > CACHED_CHUNKS and len(self._files) > 1:
-                _, (old, old_lows, _, _) = self._files.popitem(last=False)
-                self._chunks -= len(old_lows) * old.metadata.num_columns
+                self._chunks -= self._files.popitem(last=False)[1][-1]
         return found
 
 
@@ -163,7 +162,12 @@ CACHED_CHUNKS = 2_000_000  # column chunks of cached footers (a few hundred byte
 _FILE_BOUNDS = _FileBounds()
 
 
+EPOCH_DAY = date(1970, 1, 1)
+
+
 def _as_integer(value) -> int | None:
+    """A statistic as _FileBounds holds it: an integer, or a date as days since 1970 (what
+    date32 holds, so `_as_integers` casts keys alike); None for anything else."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
@@ -171,9 +175,6 @@ def _as_integer(value) -> int | None:
     if isinstance(value, date) and not isinstance(value, datetime):
         return (value - EPOCH_DAY).days
     return None
-
-
-EPOCH_DAY = date(1970, 1, 1)
 
 
 def _as_integers(values: pa.Array) -> np.ndarray:
