@@ -13,7 +13,9 @@ and table of the warehouse that looks the input up by that key.
 An arrangement is a Z-set of the input's rows as of a version of it: a Delta table under
 `<warehouse>/_epochal/arrangements/`, each row with a WEIGHT. It is built from the input's
 snapshot (every weight 1, sorted by the key; on the driver by pyarrow and delta-rs up to
-DRIVER_BUILD_ROWS rows, by Spark above); each refresh that read the input by key appends the
+DRIVER_BUILD_ROWS rows, by Spark above) after the refresh that computes a reading table in full
+(for the keys its plan marks: restrict_cogenerators.keyed_partners), or else after the first
+refresh that read the input by key; each refresh that read the input by key appends the
 input's change feed since (weights +1 and -1, a small delta-rs commit, sorted by the key in row
 groups of ROW_GROUP rows too, so a read skips most of each appended file as well). It is built
 again once its appends are MAX_APPENDS files or REBUILD_FRACTION of its built rows: every read

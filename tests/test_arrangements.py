@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from epochal import Engine
 from epochal.arrangements import MAX_APPENDS, ROW_GROUP, Arrangements, Commit, due_for_rebuild, net_rows
 from epochal.graph import WEIGHT
+from epochal.optimize.restrict_cogenerators import keyed_partners
 from tests.test_differential import run_epochs
 from tests.test_shared_reads import DRIVER_ROWS, RESTRICTED
 
@@ -94,6 +95,35 @@ def test_arrangements_are_built_appended_and_read(spark, warehouse):
     engine.define_all(shapes)
     explained = engine.explain("joined")
     assert all(f"{name} by k: as of version" in explained for name in ("a", "b")), explained
+
+
+def test_the_first_epoch_arranges_what_the_incremental_steps_read(spark, warehouse):
+    """Tables computed in full (the first epoch) arrange the inputs their plans' join terms and
+    subqueries read by key, at the versions computed, so the first incremental epoch is served
+    from arrangements (appended, not built), and stays exact."""
+    shapes = {name: RESTRICTED[name] for name in ("joined", "exists_over_join")}
+    handler = _Served()
+    logger = logging.getLogger("epochal")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    root = f"{warehouse}/{uuid.uuid4().hex[:8]}"
+    try:
+        run_epochs(spark, warehouse, shapes, [([("delete_key", 4)], [("rename", 1, "uno")])],
+                   driver_rows=DRIVER_ROWS, arrange_rows=0, root=root)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    engine = Engine(spark, root, arrange_rows=0)
+    engine.source("a")
+    engine.source("b")
+    engine.define_all(shapes)
+    assert keyed_partners(engine.table("joined").compiled.plan) == {("a", "k"), ("b", "k")}
+    arrangements = Arrangements(f"{root}/_epochal/arrangements")
+    for source in ("a", "b"):
+        chain = arrangements.chain(f"{root}/sources/{source}", "k")
+        assert chain and chain[0].since is None and chain[-1].since is not None, (source, chain)  # built, then appended
+    assert handler.served > 0
 
 
 @pytest.mark.parametrize("builder", ["spark", "driver"])
