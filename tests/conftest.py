@@ -61,6 +61,26 @@ def copy_tpch(tpch_load):
     return copy
 
 
+def pytest_addoption(parser):
+    parser.addoption("--record-file-seconds", action="store_true",
+                     help="write each test file's seconds to tests/file_seconds.json (the order make test hands files out in)")
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """make test's files, longest first, each to the first idle worker (tests/schedule.py)."""
+    from tests.schedule import scheduler
+
+    return scheduler(config, log) if config.getvalue("dist") == "loadfile" else None
+
+
+def pytest_collection_modifyitems(config, items):
+    if hasattr(config, "workerinput"):  # an xdist worker: the controller hands files out in this order
+        from tests.schedule import longest_first
+
+        longest_first(items)
+
+
 def pytest_sessionfinish(session):
     """Under pytest-xdist (make test), a worker hands its summaries to the controller."""
     from tests.support import SUMMARIES
@@ -86,6 +106,14 @@ def pytest_terminal_summary(terminalreporter):
         for line in text.splitlines():
             terminalreporter.write_line(line)
     _file_seconds(terminalreporter)
+    if FILE_SECONDS and terminalreporter.config.getoption("record_file_seconds"):
+        from tests.schedule import FILE_SECONDS as recorded_at, record
+
+        per_file: dict[str, float] = {}
+        for (_, path), seconds in FILE_SECONDS.items():
+            per_file[path] = per_file.get(path, 0.0) + seconds
+        record(per_file)
+        terminalreporter.write_line(f"seconds per test file written to {recorded_at}")
 
 
 FILE_SECONDS: dict[tuple[str, str], float] = {}  # (worker, test file) -> seconds of setup, call and teardown
