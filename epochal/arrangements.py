@@ -90,13 +90,42 @@ def _bits(column: pa.ChunkedArray) -> pa.ChunkedArray:
     return column
 
 
-def net_rows(weighted: pa.Table) -> pa.Table | None:
+def net_rows(weighted: pa.Table, key: str | None = None) -> pa.Table | None:
     """The multiset a Z-set of rows (columns and WEIGHT) stands for: each distinct row (equal as
-    stored, bit for bit) repeated its summed weight. None when a row's weight sums below zero (the
-    arrangement does not hold what its input did) or a column is not groupable here."""
+    stored, bit for bit) repeated its summed weight, in the order of their first rows. None when
+    a row's weight sums below zero (the arrangement does not hold what its input did) or a column
+    is not groupable here. With `key`, a column on which equal rows agree, only the rows whose key
+    some negative weight has are grouped: the others cannot cancel, and are taken their weight
+    times as they stand (a read of an arrangement is mostly built rows: TPC-H Q5's reads at scale
+    1 grouped every one, 1.0 s of its 2.9 s)."""
     values = [c for c in weighted.column_names if c != WEIGHT]
     if not values:
         return None
+    weights = weighted.column(WEIGHT).to_numpy()
+    rows = np.arange(weighted.num_rows, dtype=np.int64)
+    involved = np.ones(weighted.num_rows, dtype=bool)
+    if key is not None:
+        try:
+            column = _bits(weighted.column(key))
+            cancelling = pc.unique(column.filter(pa.array(weights < 0)))
+            involved = pc.fill_null(pc.is_in(column, value_set=cancelling), False).to_numpy()
+        except (pa.ArrowException, KeyError):
+            pass  # group them all
+    grouped = _netted(weighted.select(values + [WEIGHT]).take(pa.array(rows[involved])), values) \
+        if involved.any() else np.empty(0, dtype=np.int64)
+    if grouped is None:
+        return None
+    free = rows[~involved]  # no negative weight among them (every negative row is involved)
+    taken = np.sort(np.concatenate([np.repeat(free, weights[free]), rows[involved][grouped]]))
+    try:
+        return _without_views(weighted.select(values)).take(pa.array(taken))
+    except pa.ArrowException:
+        return None
+
+
+def _netted(weighted: pa.Table, values: list[str]) -> np.ndarray | None:
+    """net_rows of all of `weighted` as the row indices to take (a distinct row's first index,
+    repeated its summed weight), or None (a sum below zero, or a column not groupable)."""
     try:
         keys = [_bits(weighted.column(c)) for c in values]
         index = pa.array(np.arange(weighted.num_rows, dtype=np.int64))
@@ -111,11 +140,7 @@ def net_rows(weighted: pa.Table) -> pa.Table | None:
         return None
     first = grouped.column("__i_min").to_numpy(zero_copy_only=False)
     kept = weights > 0
-    taken = np.repeat(first[kept], weights[kept])
-    try:
-        return _without_views(weighted.select(values)).take(pa.array(np.sort(taken)))
-    except pa.ArrowException:
-        return None
+    return np.repeat(first[kept], weights[kept])
 
 
 def _without_views(table: pa.Table) -> pa.Table:
@@ -275,7 +300,7 @@ class Arrangements:
                     names=arranged.column_names))
             except pa.ArrowException:
                 return None
-        rows = net_rows(pa.concat_tables(parts))
+        rows = net_rows(pa.concat_tables(parts), field)
         if rows is None:
             log.warning("arrangement %s disagrees with %s as of version %d (a weight below zero); the input is "
                         "scanned instead, and the arrangement is built again by the next refresh",

@@ -33,16 +33,17 @@ def _identity(value):
     return struct.pack("<d", value) if isinstance(value, float) else value
 
 
+@pytest.mark.parametrize("key", [None, "k"])
 @settings(max_examples=200, deadline=None, derandomize=True)
 @given(rows=ROWS)
-def test_net_rows_repeats_each_stored_row_its_summed_weight(rows):
+def test_net_rows_repeats_each_stored_row_its_summed_weight(rows, key):
     table = pa.table({"k": pa.array([r[0] for r in rows], pa.int64()),
                       "x": pa.array([r[1] for r in rows], pa.float64()),
                       WEIGHT: pa.array([r[2] for r in rows], pa.int64())})
     totals = Counter()
     for k, x, weight in rows:
         totals[(k, _identity(x))] += weight
-    result = net_rows(table)
+    result = net_rows(table, key)
     if any(total < 0 for total in totals.values()):
         assert result is None
         return
