@@ -152,6 +152,24 @@ def test_a_restricted_read_beyond_its_rows_is_left_to_spark(spark, changed_table
     assert SharedReads(None, driver_rows=5).restricted(spark, path, 0, schema, "g", (1, 2)) is None  # int keys, string column
 
 
+def test_keys_whose_subset_was_refused_are_not_read_again(spark, changed_table):
+    """A read refused for its rows is made once, and a later read of more keys (which match at
+    least those rows) is refused without reading; fewer keys are read."""
+    path = changed_table
+    schema = spark.read.format("delta").load(path).schema
+    reads = SharedReads(None, driver_rows=5, key_rows=8)  # keys 1 and 2: 7 and 8 rows
+    made = []
+    timed_read = reads._timed_read
+    reads._timed_read = lambda *arguments: made.append(arguments[3]) or timed_read(*arguments)
+    assert reads.restricted(spark, path, 0, schema, "k", (1, 2)) is None
+    assert made == [(1, 2)]
+    assert reads.restricted(spark, path, 0, schema, "k", (1, 2, 5)) is None
+    assert reads.restricted(spark, path, 0, schema, "k", (1, 2), nulls=True) is None
+    assert made == [(1, 2)]
+    single = reads.restricted_rows(path, 0, "k", (1,))
+    assert made[-1] == (1,) and single is not None and set(single.column("k").to_pylist()) == {1}
+
+
 @pytest.fixture(scope="module")
 def clustered_table(spark, warehouse) -> str:
     """Files of disjoint key ranges, as a range-partitioned load leaves them (NULL keys in the
