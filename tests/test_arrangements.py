@@ -66,13 +66,9 @@ class _Served(logging.Handler):
             self.served += 1
 
 
-def test_arrangements_are_built_appended_and_read(spark, warehouse):
-    """A key changed on each side over four epochs: the inputs read by key are arranged, the
-    arrangements advance by appends of the change feed, later reads are served from them, the
-    tables stay exact, and `explain` shows each arrangement's state and size."""
-    epochs = [([("delete_key", 4)], [("rename", 1, "uno")]), ([("move_key", "y", 1)], []),
-              ([("delete_key", 2)], [("rename", 2, "dos")]), ([], [("rename", 1, "eins")])]
-    shapes = {name: RESTRICTED[name] for name in ("joined", "with_partner", "exists_over_join")}
+def _run_counting_served(spark, warehouse, shapes, epochs) -> tuple[str, int]:
+    """run_epochs with every input read by key arranged: (its warehouse root, the keyed reads
+    served by arrangements)."""
     handler = _Served()
     logger = logging.getLogger("epochal")
     level = logger.level
@@ -84,12 +80,23 @@ def test_arrangements_are_built_appended_and_read(spark, warehouse):
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)
+    return root, handler.served
+
+
+def test_arrangements_are_built_appended_and_read(spark, warehouse):
+    """A key changed on each side over four epochs: the inputs read by key are arranged, the
+    arrangements advance by appends of the change feed, later reads are served from them, the
+    tables stay exact, and `explain` shows each arrangement's state and size."""
+    epochs = [([("delete_key", 4)], [("rename", 1, "uno")]), ([("move_key", "y", 1)], []),
+              ([("delete_key", 2)], [("rename", 2, "dos")]), ([], [("rename", 1, "eins")])]
+    shapes = {name: RESTRICTED[name] for name in ("joined", "with_partner", "exists_over_join")}
+    root, served = _run_counting_served(spark, warehouse, shapes, epochs)
     arrangements = Arrangements(f"{root}/_epochal/arrangements")
     chains = {(source, key): arrangements.chain(f"{root}/sources/{source}", key)
               for source in ("a", "b") for key in ("k",)}
     assert all(chains.values()), chains
     assert any(len(chain) > 1 and chain[-1].since is not None for chain in chains.values()), chains  # appended
-    assert handler.served > 0
+    assert served > 0
     engine = Engine(spark, root, arrange_rows=0)
     engine.source("a")
     engine.source("b")
@@ -103,18 +110,7 @@ def test_the_first_epoch_arranges_what_the_incremental_steps_read(spark, warehou
     subqueries read by key, at the versions computed, so the first incremental epoch is served
     from arrangements (appended, not built), and stays exact."""
     shapes = {name: RESTRICTED[name] for name in ("joined", "exists_over_join")}
-    handler = _Served()
-    logger = logging.getLogger("epochal")
-    level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.DEBUG)
-    root = f"{warehouse}/{uuid.uuid4().hex[:8]}"
-    try:
-        run_epochs(spark, warehouse, shapes, [([("delete_key", 4)], [("rename", 1, "uno")])],
-                   driver_rows=DRIVER_ROWS, arrange_rows=0, root=root)
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
+    root, served = _run_counting_served(spark, warehouse, shapes, [([("delete_key", 4)], [("rename", 1, "uno")])])
     engine = Engine(spark, root, arrange_rows=0)
     engine.source("a")
     engine.source("b")
@@ -124,7 +120,7 @@ def test_the_first_epoch_arranges_what_the_incremental_steps_read(spark, warehou
     for source in ("a", "b"):
         chain = arrangements.chain(f"{root}/sources/{source}", "k")
         assert chain and chain[0].since is None and chain[-1].since is not None, (source, chain)  # built, then appended
-    assert handler.served > 0
+    assert served > 0
 
 
 @pytest.mark.parametrize("builder", ["spark", "driver"])
