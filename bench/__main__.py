@@ -49,6 +49,7 @@ def _arguments(argv=None) -> argparse.Namespace:
     parser.add_argument("--queries", type=int, nargs="+", default=list(range(1, 23)))
     parser.add_argument("--sweep", type=float, nargs="*", default=[0.0001, 0.001, 0.01, 0.1],
                         help="change fractions for the sweep (empty: no sweep)")
+    parser.add_argument("--no-sweep", dest="sweep", action="store_const", const=[], help="no sweep (a bare --sweep)")
     parser.add_argument("--sweep-queries", type=int, nargs="+", default=[1, 3, 5, 10, 18])
     parser.add_argument("--work", default=os.environ.get("EPOCHAL_BENCH_WORK", "/tmp/epochal-bench"),
                         help="scratch folder: cached TPC-H loads and the warehouses")

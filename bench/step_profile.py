@@ -33,6 +33,8 @@ def main(argv=None) -> None:
     parser.add_argument("--callers", default=None, help="a library (pyspark, py4j, deltalake, pyarrow): engine lines calling it")
     parser.add_argument("--work", default="/tmp/epochal-bench")
     arguments = parser.parse_args(argv)
+    if arguments.epochs < 1:
+        parser.error("--epochs must be at least 1 (the profiled epochs)")
 
     from bench.__main__ import LOADED_AT, _engine, _session, _warehouse
     from ops.changes import ChangeGenerator

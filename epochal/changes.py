@@ -47,6 +47,13 @@ def read_changes(spark: SparkSession, path: str, after: int, upto: int, columns:
     )
 
 
+def rows_up_to(frame: DataFrame, limit: int) -> pa.Table | None:
+    """`frame`'s rows as Arrow when they are at most `limit`, else None: one job, which stops
+    after limit + 1 rows."""
+    rows = frame.limit(limit + 1).toArrow()
+    return rows if rows.num_rows <= limit else None
+
+
 def consolidate(changes: DataFrame) -> DataFrame:
     values = [c for c in changes.columns if c != WEIGHT]
     return (

@@ -32,7 +32,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType
 
-from .changes import consolidate, consolidate_rows, quoted, read_snapshot
+from .changes import consolidate, consolidate_rows, quoted, read_snapshot, rows_up_to
 from . import cost, faults, rescan
 from .context import Context, InputRange
 from .deltalog import DeltaLog, TableFiles
@@ -516,8 +516,8 @@ def _diff_on_driver(engine, table, full: DataFrame, version: int) -> Diff | None
     current = reads.snapshot_rows(table.path, version)
     if current is None:
         return None
-    computed = full.limit(limit + 1).toArrow()
-    if computed.num_rows > limit:
+    computed = rows_up_to(full, limit)
+    if computed is None:
         return None
     new = arrow_as(computed, table.schema)
     old = arrow_as(current.select(table.schema.names), table.schema)
@@ -549,11 +549,11 @@ def _collect_small(change: DataFrame | None, state: StateStore, limit: int,
         return None
     rows = None
     if unconsolidated is not None:
-        raw = held if held is not None else unconsolidated.limit(limit + 1).toArrow()
-        rows = consolidate_rows(raw) if raw.num_rows <= limit else None
+        raw = held if held is not None else rows_up_to(unconsolidated, limit)
+        rows = consolidate_rows(raw) if raw is not None and raw.num_rows <= limit else None
     if rows is None and change is not None:
-        rows = change.limit(limit + 1).toArrow()
-        if rows.num_rows > limit:
+        rows = rows_up_to(change, limit)
+        if rows is None:
             return None
     states = {}
     for write in state.writes:
@@ -566,8 +566,8 @@ def _collect_small(change: DataFrame | None, state: StateStore, limit: int,
             continue
         flagged = write.frame.select("*", *[F.expr(condition).alias(f"__bad{i}")
                                             for i, (_, condition) in enumerate(write.checks)])
-        collected = flagged.limit(limit + 1).toArrow()
-        if collected.num_rows > limit:
+        collected = rows_up_to(flagged, limit)
+        if collected is None:
             return None
         states[id(write)] = collected
     return Collected(rows, states)

@@ -9,6 +9,7 @@ definitions loaded.
 from __future__ import annotations
 
 from .graph import Join, render
+from .optimize.restrict_cogenerators import keyed_partners
 from .rules import rule_for
 
 
@@ -99,7 +100,11 @@ def _arrangements(engine, table) -> list[str]:
     if arrangements is None:
         return ["arrangements: off (Engine(arrange_rows=None))"]
     out = [f"arrangements (inputs of at least {arrangements.min_rows:,} rows read by an integer or date key "
-           "are kept sorted by it after the refresh that read them; epochal/arrangements.py):"]
+           "are kept sorted by it after the refresh that read them, or that computed this table in full; "
+           "epochal/arrangements.py):"]
+    if table.compiled.plan is not None:
+        read = sorted(f"{name}.{field}" for name, field in keyed_partners(table.compiled.plan))
+        out.append("  read by key in incremental steps: " + (", ".join(read) if read else "none"))
     for name in table.compiled.inputs:
         held = arrangements.of(engine.path_of(name))
         if held is None:

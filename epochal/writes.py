@@ -20,7 +20,7 @@ from pyspark.sql.types import (BinaryType, BooleanType, ByteType, DateType, Deci
                                IntegerType, LongType, ShortType, StringType, StructType, TimestampType)
 
 from . import driver_commits
-from .changes import null_safe_on, quoted, restrict
+from .changes import null_safe_on, quoted, restrict, rows_up_to
 from .driver_commits import OP
 from .deltalog import DeltaLog
 from .errors import StateInconsistent
@@ -202,8 +202,8 @@ def replace_contents(frame: DataFrame, path: str, app_id: str, seq: int, tag: st
     if driver_rows > 0 and all(type(f.dataType) in DRIVER_WRITE_TYPES for f in frame.schema.fields):
         frame = frame.persist()  # computed once, whichever writes it
         try:
-            rows = frame.limit(driver_rows + 1).toArrow()
-            if rows.num_rows <= driver_rows:
+            rows = rows_up_to(frame, driver_rows)
+            if rows is not None:
                 driver_commits.replace(path, arrow_as(rows, frame.schema), app_id, seq, tag, storage_options,
                                        change_data_feed)
                 return True

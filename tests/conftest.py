@@ -107,13 +107,13 @@ def pytest_terminal_summary(terminalreporter):
             terminalreporter.write_line(line)
     _file_seconds(terminalreporter)
     if FILE_SECONDS and terminalreporter.config.getoption("record_file_seconds"):
-        from tests.schedule import FILE_SECONDS as recorded_at, record
+        from tests.schedule import RECORD, record
 
         per_file: dict[str, float] = {}
         for (_, path), seconds in FILE_SECONDS.items():
             per_file[path] = per_file.get(path, 0.0) + seconds
         record(per_file)
-        terminalreporter.write_line(f"seconds per test file written to {recorded_at}")
+        terminalreporter.write_line(f"seconds per test file written to {RECORD}")
 
 
 FILE_SECONDS: dict[tuple[str, str], float] = {}  # (worker, test file) -> seconds of setup, call and teardown

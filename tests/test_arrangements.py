@@ -103,6 +103,7 @@ def test_arrangements_are_built_appended_and_read(spark, warehouse):
     engine.define_all(shapes)
     explained = engine.explain("joined")
     assert all(f"{name} by k: as of version" in explained for name in ("a", "b")), explained
+    assert "read by key in incremental steps: a.k, b.k" in explained, explained
 
 
 def test_the_first_epoch_arranges_what_the_incremental_steps_read(spark, warehouse):

@@ -21,9 +21,10 @@ from ..graph import (Aggregate, Filter, Join, Node, OuterJoin, Project, Scan, Se
                      transform, walk)
 
 
-def scan_field(node: Node, column: str) -> tuple[str, str] | None:
+def scan_field(node: Node, column: str, joins: bool = False) -> tuple[str, str] | None:
     """The scan (table, field) whose column reaches `node` as `column` through filters and plain
-    column projections, or None."""
+    column projections (with `joins`, also through the join input holding it and a semi-join's
+    left input, as rules/restrict.restricted_snapshot reads some keys' rows), or None."""
     while True:
         if isinstance(node, Scan):
             return (node.table, node.fields[node.columns.index(column)]) if column in node.columns else None
@@ -34,6 +35,12 @@ def scan_field(node: Node, column: str) -> tuple[str, str] | None:
             if not isinstance(expression, exp.Column):
                 return None
             column, node = expression.name, node.input
+        elif joins and isinstance(node, SemiJoin):
+            node = node.left
+        elif joins and isinstance(node, Join):
+            node = next((part for part in node.parts if column in part.columns), None)
+            if node is None:
+                return None
         else:
             return None
 
@@ -68,28 +75,6 @@ def restrict_cogenerators(plan: Node) -> Node:
     return transform(plan, rewrite)
 
 
-def _read_by(node: Node, column: str) -> tuple[str, str] | None:
-    """The scan (table, field) a read of `node`'s rows for some values of `column` reads by key,
-    as rules/restrict.restricted_snapshot reads it: through filters, plain projections, the
-    join input holding the column and a semi-join's left input."""
-    while True:
-        if isinstance(node, Scan):
-            return (node.table, node.fields[node.columns.index(column)]) if column in node.columns else None
-        if isinstance(node, (Filter, SemiJoin)):
-            node = node.input if isinstance(node, Filter) else node.left
-        elif isinstance(node, Project):
-            expression = dict(zip(node.columns, node.exprs)).get(column)
-            if not isinstance(expression, exp.Column):
-                return None
-            column, node = expression.name, node.input
-        elif isinstance(node, Join):
-            node = next((part for part in node.parts if column in part.columns), None)
-            if node is None:
-                return None
-        else:
-            return None
-
-
 def keyed_partners(plan: Node) -> set[tuple[str, str]]:
     """The (table, field) pairs the plan's incremental steps may read for some keys' rows (what
     an arrangement serves, arrangements.py): a join input by each column its condition equates
@@ -97,6 +82,10 @@ def keyed_partners(plan: Node) -> set[tuple[str, str]]:
     outer or semi-join, a set operation or a window partition by their first key (affected-key
     recomputes, rules/keyed.py), and an aggregate's input by its first group key where a MIN or
     MAX may be recomputed. A superset: a term whose batch never changes reads none of its."""
+
+    def _partner(node: Node, column: str) -> tuple[str, str] | None:
+        return scan_field(node, column, joins=True)
+
     found: set[tuple[str, str] | None] = set()
     for node in walk(plan):
         if isinstance(node, Join):
@@ -106,15 +95,15 @@ def keyed_partners(plan: Node) -> set[tuple[str, str]]:
                         and isinstance(condition.right, exp.Column):
                     ends = [e.name for e in (condition.left, condition.right) if e.name in owner]
                     if len(ends) == 2 and owner[ends[0]] != owner[ends[1]]:
-                        found.update(_read_by(node.parts[owner[c]], c) for c in ends)
+                        found.update(_partner(node.parts[owner[c]], c) for c in ends)
         elif isinstance(node, (OuterJoin, SemiJoin)) and node.pairs:
             a, b = node.pairs[0]
-            found.update((_read_by(node.left, a), _read_by(node.right, b)))
+            found.update((_partner(node.left, a), _partner(node.right, b)))
         elif isinstance(node, SetOperation) and node.left.columns:
-            found.update((_read_by(node.left, node.left.columns[0]), _read_by(node.right, node.right.columns[0])))
+            found.update((_partner(node.left, node.left.columns[0]), _partner(node.right, node.right.columns[0])))
         elif isinstance(node, Window) and node.partition:
-            found.add(_read_by(node.input, node.partition[0]))
+            found.add(_partner(node.input, node.partition[0]))
         elif isinstance(node, Aggregate) and node.keys and any(a.func in ("min", "max") for a in node.aggs):
-            found.add(_read_by(node.input, node.keys[0]))
+            found.add(_partner(node.input, node.keys[0]))
     found.discard(None)
     return found  # type: ignore[return-value]

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from ..changes import consolidate, consolidate_rows
+from ..changes import consolidate, consolidate_rows, rows_up_to
 from ..graph import WEIGHT, Filter, Join, Project, columns_in, single_row
 from .base import Rule, expr, held_through
 
@@ -40,8 +40,8 @@ def consolidated(ctx, change: DataFrame) -> DataFrame:
     merged = consolidate(change)
     limit = ctx.reads.driver_rows if ctx.reads is not None else 0
     if limit > 0:
-        collected = merged.limit(limit + 1).toArrow()
-        if collected.num_rows <= limit:
+        collected = rows_up_to(merged, limit)
+        if collected is not None:
             return ctx.on_driver(ctx.reads.local(ctx.spark, collected, merged.schema), collected, exact=True)
     return ctx.materialize(merged)
 
