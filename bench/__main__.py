@@ -374,10 +374,11 @@ def _arranged_line(run: dict) -> list[str]:
     served = [(e["index"], r) for e in run["epochs"] for r in e.get("arranged_reads", [])]
     if served:
         lines += ["Reads served by arrangements (per epoch and input, all tables' steps together):", "",
-                  "| epoch | input.key | reads | keys | files | row groups | rows read | change feed rows |",
-                  "|---:|---|---:|---:|---:|---:|---:|---:|"]
-        lines += [f"| {i} | {r['input']}.{r['key']} | {r['reads']} | {r['keys']} | {r['files']} | {r['row_groups']} | "
-                  f"{r['rows']} | {r['feed_rows']} |" for i, r in served]
+                  "| epoch | input.key | reads | keys | files | of them local copies | row groups | rows read | "
+                  "change feed rows |",
+                  "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+        lines += [f"| {i} | {r['input']}.{r['key']} | {r['reads']} | {r['keys']} | {r['files']} | "
+                  f"{r.get('copied_files', '')} | {r['row_groups']} | {r['rows']} | {r['feed_rows']} |" for i, r in served]
         lines.append("")
     return lines
 

@@ -1,8 +1,9 @@
 """What keyed reads of an arrangement cost when one refresh's join terms ask it for overlapping
 sets of keys (as TPC-H's queries ask lineitem for the same changed orders): `--reads` reads of
-`--keys` keys each, drawn from a pool of `--pool` keys of the arrangement, with decoded row groups
-kept between reads (Arrangements(decoded_bytes=...)) and without; each read's rows are checked
-against pyarrow's own filtered scan of the same files.
+`--keys` keys each, drawn from a pool of `--pool` keys of the arrangement: from the Parquet files
+with decoded row groups kept between reads (Arrangements(decoded_bytes=...)) and without, and
+from the files' local copies (local_copies; made first, their making timed apart); each read's
+rows are checked against pyarrow's own filtered scan of the same files.
 
     .venv/bin/python -m bench.arrangement_reads /tmp/epochal-bench/profile-10 lineitem l_orderkey
 
@@ -30,7 +31,10 @@ def main(argv=None) -> None:
     import pyarrow.dataset as ds
     from deltalake import DeltaTable
 
+    import tempfile
+
     from epochal.arrangements import DECODED_BYTES, Arrangements
+    from epochal.local_copies import LocalCopies
 
     source = f"{arguments.warehouse}/sources/{arguments.input}"
     probe = Arrangements(f"{arguments.warehouse}/_epochal/arrangements")
@@ -46,8 +50,15 @@ def main(argv=None) -> None:
     for values in draws:
         table = arranged.to_pyarrow_dataset()
         expected.append(table.to_table(filter=ds.field(arguments.key).isin(values)).num_rows)
-    for label, budget in (("row groups decoded once", DECODED_BYTES), ("every read decodes", 0)):
-        arrangements = Arrangements(probe.root, decoded_bytes=budget)
+    scratch = tempfile.mkdtemp(prefix="epochal-copies-")
+    copies = LocalCopies(scratch)
+    began = time.perf_counter()
+    for fragment in arranged.to_pyarrow_dataset().get_fragments():
+        copies.make(f"{probe.path(source, arguments.key)}/{fragment.path}", fragment, arguments.key)
+    print(f"  local copies made in {time.perf_counter() - began:.2f} s", flush=True)
+    for label, budget, copied in (("row groups decoded once", DECODED_BYTES, None), ("every read decodes", 0, None),
+                                  ("local copies", 0, copies)):
+        arrangements = Arrangements(probe.root, decoded_bytes=budget, copies=copied)
         seconds = []
         for values, rows in zip(draws, expected):
             began = time.perf_counter()
@@ -57,6 +68,9 @@ def main(argv=None) -> None:
             assert found is not None and found.num_rows == rows, (label, rows, found and found.num_rows)
         print(f"  {label:<26} {sum(seconds):6.2f} s  (first {seconds[0]:.2f} s, later mean "
               f"{sum(seconds[1:]) / max(1, len(seconds) - 1):.2f} s)", flush=True)
+    import shutil
+
+    shutil.rmtree(scratch, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ from .epoch import Report
 from .graph import Scan, walk
 from .errors import DefinitionError, EpochalError
 from .invalidation import Invalidation
+from .local_copies import LocalCopies
 from .invalidation import compute as compute_invalidation
 from .keys import output_key
 from .ledger import Ledger, Step
@@ -170,7 +171,8 @@ class Engine:
         self._tables: dict[str, Table] = {}
         self.arranged: list[tuple[str, str, int, str, float]] = []  # the last refresh's: path, key, version, what, s
         self.arranged_reads: dict[tuple[str, str], dict[str, int]] = {}  # the last refresh's (Arrangements.take_served)
-        self.arrangements = Arrangements(self.warehouse.engine_path("arrangements"), storage_options, arrange_rows) \
+        self.arrangements = Arrangements(self.warehouse.engine_path("arrangements"), storage_options, arrange_rows,
+                                         copies=LocalCopies(self.warehouse.local_folder("local_copies"))) \
             if arrange_rows is not None else None
 
     # ---- declaring ---------------------------------------------------------------------------

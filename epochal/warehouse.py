@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from dataclasses import dataclass
@@ -59,3 +60,11 @@ class Warehouse:
 
     def engine_path(self, *parts: str) -> str:
         return self.join("_epochal", *parts)
+
+    def local_folder(self, *parts: str) -> str:
+        """A folder on this machine's disk for caches derived from the warehouse: under
+        <root>/_epochal for a local warehouse, else under ~/.cache/epochal, named by the root."""
+        if is_local(self.root):
+            return os.path.join(self.root, "_epochal", *parts)
+        digest = hashlib.sha1(self.root.encode()).hexdigest()[:16]
+        return os.path.join(os.path.expanduser("~"), ".cache", "epochal", digest, *parts)

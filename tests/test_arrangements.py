@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import struct
 import uuid
 from collections import Counter
@@ -60,15 +61,18 @@ class _Served(logging.Handler):
     def __init__(self):
         super().__init__(logging.DEBUG)
         self.served = 0
+        self.copies_unread = 0
 
     def emit(self, record):
         if "from its arrangement" in record.getMessage() and "too many" not in record.getMessage():
             self.served += 1
+        if "local cop" in record.getMessage() and record.levelno >= logging.WARNING:
+            self.copies_unread += 1
 
 
 def _run_counting_served(spark, warehouse, shapes, epochs) -> tuple[str, int]:
     """run_epochs with every input read by key arranged: (its warehouse root, the keyed reads
-    served by arrangements)."""
+    served by arrangements), every arrangement file read from its local copy."""
     handler = _Served()
     logger = logging.getLogger("epochal")
     level = logger.level
@@ -80,6 +84,8 @@ def _run_counting_served(spark, warehouse, shapes, epochs) -> tuple[str, int]:
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)
+    assert handler.copies_unread == 0
+    assert handler.served == 0 or [n for n in os.listdir(f"{root}/_epochal/local_copies") if n.endswith(".arrow")]
     return root, handler.served
 
 

@@ -1,0 +1,98 @@
+"""Local copies (epochal/local_copies.py): an arrangement file's rows read from its Arrow IPC copy
+by key bounds per batch. Exactness against pyarrow's own filter of the Parquet file, for integer
+and date keys with NULLs; a damaged copy is dropped and read as Parquet; the disk budget holds.
+The copies also serve every arrangement read of the differential tests (tests/test_shared_reads.py,
+tests/test_arrangements.py), whose Engine makes them under the warehouse."""
+
+from __future__ import annotations
+
+import datetime
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from epochal.local_copies import LocalCopies
+from epochal.shared_reads import _as_integers
+
+KEYS = st.lists(st.one_of(st.none(), st.integers(-40, 40)), min_size=1, max_size=300)
+
+
+def _file(folder, keys: list, date: bool):
+    """A Parquet file of `keys` (sorted, as an arrangement's), in row groups of 16 rows, and its fragment."""
+    keys = sorted(keys, key=lambda k: (k is None, k))
+    column = pa.array(keys, pa.int64())
+    if date:
+        column = pa.array([None if k is None else datetime.date(2000, 1, 1) + datetime.timedelta(days=k)
+                           for k in keys], pa.date32())
+    table = pa.table({"K": column, "v": pa.array(range(len(keys)), pa.int64()),
+                      "s": pa.array([f"row {i}" for i in range(len(keys))])})
+    path = os.path.join(folder, "part-0.parquet")
+    pq.write_table(table, path, row_group_size=16)
+    return path, next(iter(ds.dataset(path, format="parquet").get_fragments())), table
+
+
+def _read(copies, path, fragment, table, wanted: list, nulls: bool):
+    values = pa.array(wanted, table.schema.field("K").type)
+    rows = copies.rows(path, fragment, "k", np.sort(_as_integers(values)), nulls, ["v", "K"])
+    assert rows is not None
+    mask = pc.is_in(rows.column("K"), value_set=values)
+    if nulls:
+        mask = pc.or_(mask, pc.is_null(rows.column("K")))
+    return sorted(rows.filter(pc.fill_null(mask, False)).column("v").to_pylist())
+
+
+@pytest.mark.parametrize("date", [False, True])
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(keys=KEYS, wanted=st.lists(st.integers(-45, 45), max_size=20), nulls=st.booleans(),
+       batch_rows=st.sampled_from([1, 3, 16, 256]))
+def test_a_copy_serves_exactly_the_rows_of_its_keys(tmp_path_factory, keys, wanted, nulls, batch_rows, date):
+    folder = str(tmp_path_factory.mktemp("copies"))
+    path, fragment, table = _file(folder, keys, date)
+    if date:
+        wanted = [datetime.date(2000, 1, 1) + datetime.timedelta(days=k) for k in wanted]
+    copies = LocalCopies(os.path.join(folder, "copies"), batch_rows=batch_rows)
+    condition = ds.field("K").isin(pa.array(wanted, table.schema.field("K").type))
+    if nulls:
+        condition = condition | ds.field("K").is_null()
+    expected = sorted(ds.dataset(path, format="parquet").to_table(filter=condition).column("v").to_pylist())
+    assert _read(copies, path, fragment, table, wanted, nulls) == expected
+    assert _read(LocalCopies(copies.directory, batch_rows=batch_rows), path, fragment, table, wanted, nulls) \
+        == expected  # a second process reads the copy the first made
+
+
+def test_a_damaged_copy_is_dropped_and_made_again(tmp_path, caplog):
+    path, fragment, table = _file(str(tmp_path), list(range(100)), date=False)
+    copies = LocalCopies(str(tmp_path / "copies"), batch_rows=8)
+    target = copies.make(path, fragment, "k")
+    with open(target, "r+b") as copy:
+        copy.truncate(os.path.getsize(target) // 2)
+    keys = np.array([3, 50, 99], dtype=np.int64)
+    assert copies.rows(path, fragment, "k", keys, False, ["v"]) is None
+    assert "not read" in caplog.text and not os.path.exists(target)
+    again = copies.rows(path, fragment, "k", keys, False, ["v"])
+    assert sorted(v for v in again.column("v").to_pylist() if v in (3, 50, 99)) == [3, 50, 99]
+
+
+def test_copies_stay_within_their_disk_budget_dropping_the_least_recently_read(tmp_path):
+    folders = []
+    for index in range(4):
+        folder = tmp_path / f"file{index}"
+        folder.mkdir()
+        folders.append(_file(str(folder), list(range(2_000)), date=False))
+    one = os.path.getsize(LocalCopies(str(tmp_path / "probe")).make(*folders[0][:2], "k"))
+    copies = LocalCopies(str(tmp_path / "copies"), max_bytes=2 * one + one // 2)
+    made = [copies.make(path, fragment, "k") for path, fragment, _ in folders[:2]]
+    os.utime(made[0], (1, 1))  # read longest ago
+    copies.make(*folders[2][:2], "k")
+    assert not os.path.exists(made[0]) and os.path.exists(made[1])
+    copies.make(*folders[3][:2], "k")
+    left = [e for e in os.listdir(copies.directory) if e.endswith(".arrow")]
+    assert len(left) == 2 and sum(os.path.getsize(os.path.join(copies.directory, e)) for e in left) <= copies.max_bytes
+    assert not [e for e in os.listdir(copies.directory) if e.endswith(".tmp")]
