@@ -141,7 +141,7 @@ class LocalCopies:
                 batches = [reader.get_batch(int(i)).select([names[c.lower()] for c in columns])
                            for i in np.flatnonzero(admitted)]
             os.utime(target)
-            return pa.Table.from_batches(batches, schema=schema)
+            return pa.Table.from_batches(batches, schema=schema).combine_chunks()
         except (OSError, ValueError, KeyError, pa.ArrowException) as error:
             log.warning("local copy %s of %s not read (%s: %s); the file is read as Parquet",
                         target, path, type(error).__name__, error)
