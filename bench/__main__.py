@@ -53,7 +53,8 @@ def _arguments(argv=None) -> argparse.Namespace:
     parser.add_argument("--sweep-queries", type=int, nargs="+", default=[1, 3, 5, 10, 18])
     parser.add_argument("--work", default=os.environ.get("EPOCHAL_BENCH_WORK", "/tmp/epochal-bench"),
                         help="scratch folder: cached TPC-H loads and the warehouses")
-    parser.add_argument("--driver-memory", default="12g")
+    parser.add_argument("--driver-memory", default="8g",
+                        help="the JVM heap; the recompute oracle shares it (local mode): 8g holds scale 10")
     parser.add_argument("--driver-rows", type=int, default=None,
                         help="Engine(driver_rows=...): 0 sends every read and write through Spark (the path "
                              "before driver commits and shared reads); default the engine's")
@@ -198,11 +199,15 @@ def _epoch(engine, spark, root: str, generator, index: int, queries: list[str]) 
     floor = _floor(spark, root, before)
     floor_driver = _floor_driver(spark, root, before, engine.driver_rows)
     names = [n for n in engine.tables() if n in queries]
+    _reset_peaks(spark)
     incremental, reports = _timed(lambda: engine.refresh(names, until=until, upstream=False))
+    incremental_peak = _peak_gigabytes(spark)
     arranged = [dict(input=Path(path).name, key=key, version=version, what=what, seconds=round(seconds, 3))
                 for path, key, version, what, seconds in engine.arranged]
     served = [dict(input=Path(path).name, key=key, **counts) for (path, key), counts in engine.arranged_reads.items()]
+    _reset_peaks(spark)
     recompute, recomputes = _recompute_all(engine, names, root)
+    recompute_peak = _peak_gigabytes(spark)
     noop, _ = _timed(lambda: engine.refresh(names, until=until + timedelta(minutes=30), upstream=False))
     unread = _unread_columns_epoch(engine, spark, root, names, until + timedelta(minutes=40),
                                    sum(batch.counts("lineitem")) or 1000)
@@ -219,24 +224,43 @@ def _epoch(engine, spark, root: str, generator, index: int, queries: list[str]) 
     return dict(index=index, floor_seconds=round(floor, 3), floor_driver_seconds=round(floor_driver, 3), incremental_seconds=round(incremental, 3),
                 recompute_seconds=round(recompute, 3), noop_seconds=round(noop, 3), unread_columns=unread,
                 source_changes=changed, arranged=arranged, arranged_reads=served,
-                tables=tables)
+                peak_gigabytes=dict(incremental=incremental_peak, recompute=recompute_peak), tables=tables)
+
+
+def _driver_pids(spark) -> dict[str, int | None]:
+    """The driver's processes: Python, and Spark's JVM (which `local[*]` runs the executors in)."""
+    process = getattr(getattr(spark.sparkContext, "_gateway", None), "proc", None)
+    return dict(python=os.getpid(), jvm=process.pid if process is not None else None)
+
+
+def _reset_peaks(spark) -> None:
+    """Start the driver's peak resident memory over from what it holds now (Linux: clear_refs 5),
+    so that a phase's peak is its own (and includes what the processes held going into it)."""
+    for pid in _driver_pids(spark).values():
+        try:
+            with open(f"/proc/{pid}/clear_refs", "w") as refs:
+                refs.write("5")
+        except (OSError, TypeError):
+            pass
 
 
 def _peak_gigabytes(spark) -> dict[str, float | None]:
-    """The driver's peak resident memory so far (Linux VmHWM): the Python process and Spark's JVM,
-    which `local[*]` runs the executors in."""
-    import os as _os
+    """The driver's peak resident memory since the last _reset_peaks (Linux VmHWM), per process."""
 
     def peak(pid) -> float | None:
         try:
             with open(f"/proc/{pid}/status") as status:
                 line = next(l for l in status if l.startswith("VmHWM:"))
             return round(int(line.split()[1]) / (1 << 20), 2)
-        except (OSError, StopIteration, ValueError):
+        except (OSError, StopIteration, ValueError, TypeError):
             return None
 
-    process = getattr(getattr(spark.sparkContext, "_gateway", None), "proc", None)
-    return dict(python=peak(_os.getpid()), jvm=peak(process.pid) if process is not None else None)
+    return {name: peak(pid) for name, pid in _driver_pids(spark).items()}
+
+
+def _highest(peaks: list[dict]) -> dict[str, float | None]:
+    """Per process, the highest of several phases' peaks."""
+    return {name: max((p[name] for p in peaks if p.get(name) is not None), default=None) for name in ("python", "jvm")}
 
 
 def run_scale(spark, work: Path, scale: float, fraction: float, epochs: int, queries: list[str],
@@ -245,7 +269,9 @@ def run_scale(spark, work: Path, scale: float, fraction: float, epochs: int, que
 
     root = _warehouse(spark, work, scale, f"run-{scale:g}-{fraction:g}")
     engine = _engine(spark, root, queries, driver_rows, arrange_rows)
+    _reset_peaks(spark)
     first, _ = _timed(lambda: engine.refresh(until=LOADED_AT + timedelta(minutes=15)))
+    first_peak = _peak_gigabytes(spark)
     generator = ChangeGenerator(spark, root, seed=11, fraction=fraction, writer=source_writer)
     results = []
     for index in range(1, epochs + 1):
@@ -259,7 +285,9 @@ def run_scale(spark, work: Path, scale: float, fraction: float, epochs: int, que
             flush=True)
     shutil.rmtree(root, ignore_errors=True)
     return dict(scale=scale, fraction=fraction, first_epoch_seconds=round(first, 1), epochs=results,
-                peak_gigabytes=_peak_gigabytes(spark))
+                peak_gigabytes={"first epoch": first_peak,
+                                "incremental epochs": _highest([e["peak_gigabytes"]["incremental"] for e in results]),
+                                "recomputes (the oracle)": _highest([e["peak_gigabytes"]["recompute"] for e in results])})
 
 
 def summarize(run: dict) -> list[dict]:
@@ -357,8 +385,16 @@ def _peak_line(run: dict) -> list[str]:
     peak = run.get("peak_gigabytes")
     if not peak:
         return []
-    return [f"Driver peak resident memory after this scale (VmHWM): Python {_format(peak.get('python'))} GB, "
-            f"Spark's JVM {_format(peak.get('jvm'))} GB.", ""]
+    if "python" in peak:  # results written before peaks were taken per phase
+        return [f"Driver peak resident memory after this scale (VmHWM): Python {_format(peak.get('python'))} GB, "
+                f"Spark's JVM {_format(peak.get('jvm'))} GB.", ""]
+    lines = ["Driver peak resident memory per phase (VmHWM, started over at each phase, so it includes what "
+             "the processes held going into it):", "", "| phase | Python GB | Spark's JVM GB | together GB |",
+             "|---|---:|---:|---:|"]
+    for phase, each in peak.items():
+        together = None if None in (each.get("python"), each.get("jvm")) else each["python"] + each["jvm"]
+        lines.append(f"| {phase} | {_format(each.get('python'))} | {_format(each.get('jvm'))} | {_format(together)} |")
+    return lines + [""]
 
 
 def _arranged_line(run: dict) -> list[str]:
