@@ -23,8 +23,10 @@ opens each appended file and cancelled rows pile up, while a build of lineitem a
 minutes. Every commit records, in its `userMetadata`, the input versions its rows stand for
 (`since`, `to`), so a reader takes the last commit at or before the version it wants and adds
 the change feed from there, and a chain with a gap (a lost or doubled append) is never read.
-Row groups a read decoded are kept (DECODED_BYTES) for the next reads, which in one refresh ask
-for mostly the same changed keys. The vacuum job deletes the files a rebuild left behind.
+A read takes each file from its local copy (local_copies: Arrow IPC batches of 256 rows, made
+when the arrangement is built), else from its Parquet row groups, keeping those it decoded
+(DECODED_BYTES) for the next reads, which in one refresh ask for mostly the same changed keys.
+The vacuum job deletes the files a rebuild left behind.
 
 An arrangement is a cache derived from its input alone: it holds no epoch's result, so a crash
 between its commits and the epoch's loses nothing (the next refresh appends or rebuilds), and a

@@ -21,6 +21,7 @@ import hashlib
 import logging
 import os
 import threading
+import time
 import uuid
 
 import numpy as np
@@ -30,6 +31,7 @@ log = logging.getLogger("epochal")
 
 BATCH_ROWS = 256  # rows per IPC batch: a random key reads about this many rows
 COPY_BYTES = 32 << 30  # the copies' disk budget, per directory
+ABANDONED_SECONDS = 3_600  # a half-written copy this old was left by a process that died
 CACHED_BOUNDS = 4_096  # copies whose bounds are kept in memory (about 16 bytes a batch each)
 _INT64 = np.iinfo(np.int64)
 
@@ -173,10 +175,14 @@ class LocalCopies:
                 pass
 
     def _evict(self) -> None:
-        """Drop the least recently read copies while they take more than `max_bytes`."""
+        """Drop the least recently read copies while they take more than `max_bytes`, and what
+        a killed process left half written an hour ago or more."""
         try:
-            entries = [e for e in os.scandir(self.directory) if e.name.endswith(".arrow")]
-            sizes = {e.path: (e.stat().st_mtime, e.stat().st_size) for e in entries}
+            entries = list(os.scandir(self.directory))
+            sizes = {e.path: (e.stat().st_mtime, e.stat().st_size) for e in entries if e.name.endswith(".arrow")}
+            for entry in entries:
+                if entry.name.endswith(".tmp") and entry.stat().st_mtime < time.time() - ABANDONED_SECONDS:
+                    os.remove(entry.path)
         except OSError:
             return
         total = sum(size for _, size in sizes.values())
