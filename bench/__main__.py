@@ -475,14 +475,39 @@ def report_markdown(arguments, runs: list[dict], sweep: list[dict], started: str
     return "\n".join(lines)
 
 
+def _chart_scales(axis, runs: list[dict]) -> None:
+    """Seconds against scale: the whole epoch incremental and recomputed (means over the epochs),
+    and each table's incremental step."""
+    runs = sorted(runs, key=lambda run: run["scale"])
+    scale = [run["scale"] for run in runs]
+    for key, label, style in (("incremental_seconds", "whole epoch, incremental", "o-"),
+                              ("recompute_seconds", "whole epoch, recompute and overwrite", "s--")):
+        axis.plot(scale, [statistics.mean(e[key] for e in run["epochs"]) for run in runs], style, linewidth=2,
+                  label=label)
+    for name in sorted({n for run in runs for e in run["epochs"] for n in e["tables"]}):
+        axis.plot(scale, [statistics.mean(e["tables"][name]["incremental_seconds"] for e in run["epochs"]
+                                          if name in e["tables"]) for run in runs], ":", linewidth=0.8,
+                  label=f"{name.replace('tpch_', '')} step")
+    axis.set_xscale("log")
+    axis.set_yscale("log")
+    axis.set_xlabel("TPC-H scale")
+    axis.set_ylabel("seconds")
+    axis.set_title("seconds per epoch against scale")
+    axis.legend(fontsize=6)
+
+
 def chart(runs: list[dict], sweep: list[dict], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(1, 2 if sweep else 1, figsize=(14 if sweep else 8, 5), squeeze=False)
-    left, right = axes[0][0], (axes[0][1] if sweep else None)
+    scales = len({run["scale"] for run in runs}) > 1
+    panels = 1 + scales + bool(sweep)
+    figure, axes = plt.subplots(1, panels, figsize=(7 * panels, 5), squeeze=False)
+    left, right = axes[0][0], (axes[0][-1] if sweep else None)
+    if scales:
+        _chart_scales(axes[0][1], runs)
     for run in runs:
         rows = [r for r in summarize(run) if r["speedup"]]
         left.plot([r["table"].replace("tpch_", "") for r in rows], [r["speedup"] for r in rows], "o-",
