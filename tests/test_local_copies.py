@@ -1,5 +1,5 @@
-"""Local copies (epochal/local_copies.py): an arrangement file's rows read from its Arrow IPC copy
-by key bounds per batch. Exactness against pyarrow's own filter of the Parquet file, for integer
+"""Local copies (epochal/local_copies.py): an arrangement file's rows read from its Arrow IPC copy,
+sorted by the key, by binary search. Exactness against pyarrow's own filter of the Parquet file, for integer
 and date keys with NULLs; a damaged copy is dropped and read as Parquet; the disk budget holds.
 The copies also serve every arrangement read of the differential tests (tests/test_shared_reads.py,
 tests/test_arrangements.py), whose Engine makes them under the warehouse."""
@@ -25,9 +25,11 @@ from epochal.shared_reads import _as_integers
 KEYS = st.lists(st.one_of(st.none(), st.integers(-40, 40)), min_size=1, max_size=300)
 
 
-def _file(folder, keys: list, date: bool):
-    """A Parquet file of `keys` (sorted, as an arrangement's), in row groups of 16 rows, and its fragment."""
-    keys = sorted(keys, key=lambda k: (k is None, k))
+def _file(folder, keys: list, date: bool, ordered: bool = True):
+    """A Parquet file of `keys` (sorted, as an arrangement's, or as drawn), in row groups of 16
+    rows, and its fragment."""
+    if ordered:
+        keys = sorted(keys, key=lambda k: (k is None, k))
     column = pa.array(keys, pa.int64())
     if date:
         column = pa.array([None if k is None else datetime.date(2000, 1, 1) + datetime.timedelta(days=k)
@@ -52,10 +54,10 @@ def _read(copies, path, fragment, table, wanted: list, nulls: bool):
 @pytest.mark.parametrize("date", [False, True])
 @settings(max_examples=60, deadline=None, derandomize=True)
 @given(keys=KEYS, wanted=st.lists(st.integers(-45, 45), max_size=20), nulls=st.booleans(),
-       batch_rows=st.sampled_from([1, 3, 16, 256]))
-def test_a_copy_serves_exactly_the_rows_of_its_keys(tmp_path_factory, keys, wanted, nulls, batch_rows, date):
+       batch_rows=st.sampled_from([1, 3, 16, 40, 256]), ordered=st.booleans())
+def test_a_copy_serves_exactly_the_rows_of_its_keys(tmp_path_factory, keys, wanted, nulls, batch_rows, ordered, date):
     folder = str(tmp_path_factory.mktemp("copies"))
-    path, fragment, table = _file(folder, keys, date)
+    path, fragment, table = _file(folder, keys, date, ordered)
     if date:
         wanted = [datetime.date(2000, 1, 1) + datetime.timedelta(days=k) for k in wanted]
     copies = LocalCopies(os.path.join(folder, "copies"), batch_rows=batch_rows)
