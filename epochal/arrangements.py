@@ -24,9 +24,9 @@ minutes. Every commit records, in its `userMetadata`, the input versions its row
 (`since`, `to`), so a reader takes the last commit at or before the version it wants and adds
 the change feed from there, and a chain with a gap (a lost or doubled append) is never read.
 A read takes each file from its local copy (local_copies: an Arrow IPC file sorted by the key,
-made when the arrangement is built, searched memory-mapped), else from its Parquet row groups, keeping those it decoded
-(DECODED_BYTES) for the next reads, which in one refresh ask for mostly the same changed keys.
-The vacuum job deletes the files a rebuild left behind.
+made when the arrangement is built, searched memory-mapped), else from its Parquet row groups,
+keeping those it decoded (DECODED_BYTES) for the next reads, which in one refresh ask for mostly
+the same changed keys. The vacuum job deletes the files a rebuild left behind.
 
 An arrangement is a cache derived from its input alone: it holds no epoch's result, so a crash
 between its commits and the epoch's loses nothing (the next refresh appends or rebuilds), and a

@@ -37,10 +37,10 @@ from .epoch import Report
 from .graph import Scan, walk
 from .errors import DefinitionError, EpochalError
 from .invalidation import Invalidation
-from .local_copies import LocalCopies
 from .invalidation import compute as compute_invalidation
 from .keys import output_key
 from .ledger import Ledger, Step
+from .local_copies import LocalCopies
 from .plan import TableInfo
 from .optimize import passes_named
 from .optimize.restrict_cogenerators import keyed_partners
