@@ -23,8 +23,8 @@ opens each appended file and cancelled rows pile up, while a build of lineitem a
 minutes. Every commit records, in its `userMetadata`, the input versions its rows stand for
 (`since`, `to`), so a reader takes the last commit at or before the version it wants and adds
 the change feed from there, and a chain with a gap (a lost or doubled append) is never read.
-A read takes each file from its local copy (local_copies: an Arrow IPC file sorted by the key,
-made when the arrangement is built, searched memory-mapped), else from its Parquet row groups,
+A read takes each file from its local copy (local_copies: Arrow IPC batches of 256 rows with
+their key bounds, made when the arrangement is built), else from its Parquet row groups,
 keeping those it decoded (DECODED_BYTES) for the next reads, which in one refresh ask for mostly
 the same changed keys. The vacuum job deletes the files a rebuild left behind.
 

@@ -1,5 +1,5 @@
-"""Local copies (epochal/local_copies.py): an arrangement file's rows read from its Arrow IPC copy,
-sorted by the key, by binary search. Exactness against pyarrow's own filter of the Parquet file, for integer
+"""Local copies (epochal/local_copies.py): an arrangement file's rows read from its Arrow IPC copy
+by key bounds per batch. Exactness against pyarrow's own filter of the Parquet file, for integer
 and date keys with NULLs; a damaged copy is dropped and read as Parquet; the disk budget holds.
 The copies also serve every arrangement read of the differential tests (tests/test_shared_reads.py,
 tests/test_arrangements.py), whose Engine makes them under the warehouse."""
