@@ -9,9 +9,11 @@ positioned read and no decoding: the same keys take 0.15-0.3 s from batches of 2
 (`python -m bench.arrangement_reads`). Like Databricks' disk cache, a copy is derived from an
 immutable file (a Delta data file is never rewritten, so its path names its contents): a missing
 copy is made again by the next read that needs it, a damaged one is deleted and its file read as
-Parquet, and the copies are bounded by COPY_BYTES on disk, the least recently read dropped first.
-A copy and its bounds are each written under a temporary name and renamed, bounds first, so a
-crash leaves either both, or no copy (an orphaned bounds file is overwritten by the next copy).
+Parquet, the copies are bounded by COPY_BYTES on disk, the least recently read dropped first,
+and an arrangement's rebuild deletes the copies of the files it replaced (`prune`). Each
+arrangement's copies live in a folder of their own. A copy and its bounds are each written
+under a temporary name and renamed, bounds first, so a crash leaves either both, or no copy (an
+orphaned bounds file is overwritten by the next copy).
 """
 
 from __future__ import annotations
@@ -58,9 +60,30 @@ class LocalCopies:
         self._failed: set[str] = set()  # files that could not be copied: read as Parquet, not tried again
         self._guard = threading.Lock()
 
+    def _folder(self, table: str) -> str:
+        """Where the copies of the files of `table` (an arrangement's path) live."""
+        return os.path.join(self.directory, hashlib.sha1(table.rstrip("/").encode()).hexdigest()[:16])
+
     def _target(self, path: str, key: str) -> str:
+        """The copy of the file at `path` (`<table>/<file>`)."""
         digest = hashlib.sha1(f"{path}\0{key.lower()}\0{self.batch_rows}".encode()).hexdigest()
-        return os.path.join(self.directory, f"{digest}.arrow")
+        return os.path.join(self._folder(path.rsplit("/", 1)[0]), f"{digest}.arrow")
+
+    def prune(self, table: str, live: list[str], key: str) -> int:
+        """Delete the copies of `table`'s files that are not among `live` (its files' paths now,
+        `<table>/<file>`): a rebuilt arrangement's old files are read no more. Returns how many."""
+        keep = {self._target(path, key) for path in live}
+        dropped = 0
+        try:
+            entries = {e.path.removesuffix(".bounds.npy") for e in os.scandir(self._folder(table))
+                       if e.name.endswith((".arrow", ".bounds.npy"))}
+        except OSError:
+            return 0
+        for target in entries:
+            if target not in keep:
+                self._drop(target)
+                dropped += 1
+        return dropped
 
     def make(self, path: str, fragment, key: str) -> str | None:
         """The copy of the Parquet file `fragment` (at `path`), made now unless one exists;
@@ -88,7 +111,7 @@ class LocalCopies:
         import pyarrow.ipc as ipc
         import pyarrow.parquet as pq
 
-        os.makedirs(self.directory, exist_ok=True)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
         temporary = f"{target}.{os.getpid()}.{uuid.uuid4().hex}"
         try:
             with fragment.filesystem.open_input_file(fragment.path) as source:
@@ -178,7 +201,7 @@ class LocalCopies:
         """Drop the least recently read copies while they take more than `max_bytes`, and what
         a killed process left half written an hour ago or more."""
         try:
-            entries = list(os.scandir(self.directory))
+            entries = [e for folder in os.scandir(self.directory) if folder.is_dir() for e in os.scandir(folder.path)]
             sizes = {e.path: (e.stat().st_mtime, e.stat().st_size) for e in entries if e.name.endswith(".arrow")}
             for entry in entries:
                 if entry.name.endswith(".tmp") and entry.stat().st_mtime < time.time() - ABANDONED_SECONDS:

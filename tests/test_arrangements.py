@@ -6,9 +6,9 @@ reference in Python."""
 
 from __future__ import annotations
 
+import glob
 import logging
 import math
-import os
 import struct
 import uuid
 from collections import Counter
@@ -85,7 +85,7 @@ def _run_counting_served(spark, warehouse, shapes, epochs) -> tuple[str, int]:
         logger.removeHandler(handler)
         logger.setLevel(level)
     assert handler.copies_unread == 0
-    assert handler.served == 0 or [n for n in os.listdir(f"{root}/_epochal/local_copies") if n.endswith(".arrow")]
+    assert handler.served == 0 or glob.glob(f"{root}/_epochal/local_copies/*/*.arrow")
     return root, handler.served
 
 
@@ -190,19 +190,24 @@ def test_an_arrangement_is_built_again_once_its_appends_are_many_or_large():
 def test_vacuum_deletes_a_rebuilt_arrangements_old_files_and_it_stays_in_use(spark, warehouse):
     """The vacuum job's arrangements: a rebuild leaves the last build's files behind, VACUUM
     deletes them, and the arrangement's chain (which VACUUM's own commits do not break) still
-    serves reads."""
+    serves reads. The rebuild also deletes the local copy of the last build's file."""
     from deltalake import write_deltalake
 
     from epochal import maintenance
+    from epochal.local_copies import LocalCopies
     from epochal.warehouse import Warehouse
 
     root = f"{warehouse}/{uuid.uuid4().hex[:8]}"
     source = f"{root}/sources/a"
     write_deltalake(source, pa.table({"k": pa.array([1, 2, 3], pa.int64()), "v": ["a", "b", "c"]}))
     write_deltalake(source, pa.table({"k": pa.array([4], pa.int64()), "v": ["d"]}), mode="append")
-    arrangements = Arrangements(Warehouse(root).engine_path("arrangements"))
+    copies = LocalCopies(Warehouse(root).local_folder("local_copies"))
+    arrangements = Arrangements(Warehouse(root).engine_path("arrangements"), copies=copies)
     arrangements.build(spark, source, 0, "k", ["k", "v"])
+    first = glob.glob(f"{copies.directory}/*/*.arrow")
     arrangements.build(spark, source, 1, "k", ["k", "v"])  # built again: version 0's file is removed
+    second = glob.glob(f"{copies.directory}/*/*.arrow")
+    assert len(first) == len(second) == 1 and first != second
     [target] = maintenance.targets(root, arrangements=True, spark=spark)
     assert target.kind == "arrangement" and target.label.startswith("(arrangements)/a.k.")
     result = maintenance.vacuum(spark, target, 0, allow_short_retention=True)
@@ -210,3 +215,4 @@ def test_vacuum_deletes_a_rebuilt_arrangements_old_files_and_it_stays_in_use(spa
     assert [(c.since, c.to) for c in Arrangements(arrangements.root).chain(source, "k")] == [(None, 1)]
     rows = arrangements.read(source, 1, "k", pa.array([2, 4], pa.int64()), False, ["k", "v"], lambda *_: None)
     assert sorted(rows.to_pylist(), key=lambda r: r["k"]) == [{"k": 2, "v": "b"}, {"k": 4, "v": "d"}]
+    assert arrangements.take_served()[(source, "k")]["copied_files"] == 1

@@ -92,9 +92,10 @@ def test_copies_stay_within_their_disk_budget_dropping_the_least_recently_read(t
         folders.append(_file(str(folder), list(range(2_000)), date=False))
     one = os.path.getsize(LocalCopies(str(tmp_path / "probe")).make(*folders[0][:2], "k"))
     copies = LocalCopies(str(tmp_path / "copies"), max_bytes=2 * one + one // 2)
-    os.makedirs(copies.directory)
+    writing = copies._folder(os.path.dirname(folders[0][0]))
+    os.makedirs(writing)
     for name, age in (("abandoned.arrow.tmp", 7_200), ("being-written.arrow.tmp", 60)):
-        with open(os.path.join(copies.directory, name), "wb") as half:
+        with open(os.path.join(writing, name), "wb") as half:
             half.write(b"\0" * 100)
         os.utime(half.name, (time.time() - age, time.time() - age))
     made = [copies.make(path, fragment, "k") for path, fragment, _ in folders[:2]]
@@ -102,6 +103,21 @@ def test_copies_stay_within_their_disk_budget_dropping_the_least_recently_read(t
     copies.make(*folders[2][:2], "k")
     assert not os.path.exists(made[0]) and os.path.exists(made[1])
     copies.make(*folders[3][:2], "k")
-    left = [e for e in os.listdir(copies.directory) if e.endswith(".arrow")]
-    assert len(left) == 2 and sum(os.path.getsize(os.path.join(copies.directory, e)) for e in left) <= copies.max_bytes
-    assert [e for e in os.listdir(copies.directory) if e.endswith(".tmp")] == ["being-written.arrow.tmp"]
+    left = [str(p) for p in (tmp_path / "copies").glob("*/*.arrow")]
+    assert len(left) == 2 and sum(os.path.getsize(p) for p in left) <= copies.max_bytes
+    assert [p.name for p in (tmp_path / "copies").glob("*/*.tmp")] == ["being-written.arrow.tmp"]
+
+
+def test_a_rebuilt_tables_old_copies_are_pruned_and_others_kept(tmp_path):
+    table = tmp_path / "arrangement"
+    table.mkdir()
+    old_path, old_fragment, _ = _file(str(table), list(range(100)), date=False)
+    other_path, other_fragment, _ = _file(str(tmp_path), list(range(100)), date=False)
+    copies = LocalCopies(str(tmp_path / "copies"))
+    old, other = copies.make(old_path, old_fragment, "k"), copies.make(other_path, other_fragment, "k")
+    new_path = str(table / "part-1.parquet")
+    os.replace(old_path, new_path)
+    new_fragment = next(iter(ds.dataset(new_path, format="parquet").get_fragments()))
+    new = copies.make(new_path, new_fragment, "k")
+    assert copies.prune(str(table), [new_path], "k") == 1
+    assert not os.path.exists(old) and os.path.exists(new) and os.path.exists(other)
