@@ -129,9 +129,10 @@ class LocalCopies:
                         lows.append(np.minimum.reduceat(np.where(missing, _INT64.max, values), starts))
                         highs.append(np.maximum.reduceat(np.where(missing, _INT64.min, values), starts))
                         nulls.append(np.add.reduceat(missing.astype(np.int64), starts))
-                        for start in starts:
-                            writer.write_batch(rows.slice(int(start), self.batch_rows).combine_chunks().to_batches()[0])
-            bounds = np.stack([np.concatenate(part) if part else np.empty(0, np.int64) for part in (lows, highs, nulls)])
+                        for batch in rows.combine_chunks().to_batches(max_chunksize=self.batch_rows):
+                            writer.write_batch(batch)
+            bounds = np.stack([np.concatenate(part) if part else np.empty(0, np.int64)
+                               for part in (lows, highs, nulls)])
             with open(temporary + ".npy.tmp", "wb") as out:
                 np.save(out, bounds)
             os.replace(temporary + ".npy.tmp", target + ".bounds.npy")
@@ -152,9 +153,10 @@ class LocalCopies:
             return None
         try:
             lows, highs, null_counts = self._bounds_of(target)
-            at = np.searchsorted(keys, lows, side="left")
-            admitted = (at < len(keys)) & (keys[np.minimum(at, max(len(keys) - 1, 0))] <= highs) if len(keys) \
-                else np.zeros(len(lows), dtype=bool)
+            admitted = np.zeros(len(lows), dtype=bool)
+            if len(keys):
+                at = np.searchsorted(keys, lows, side="left")
+                admitted = (at < len(keys)) & (keys[np.minimum(at, len(keys) - 1)] <= highs)
             if nulls:
                 admitted |= null_counts > 0
             with pa.OSFile(target) as source:
@@ -162,11 +164,10 @@ class LocalCopies:
                 if reader.num_record_batches != len(lows):
                     raise ValueError(f"{reader.num_record_batches} batches against {len(lows)} bounds")
                 names = {n.lower(): n for n in reader.schema.names}
-                schema = pa.schema([reader.schema.field(names[c.lower()]) for c in columns])
-                batches = [reader.get_batch(int(i)).select([names[c.lower()] for c in columns])
-                           for i in np.flatnonzero(admitted)]
+                batches = [reader.get_batch(int(i)) for i in np.flatnonzero(admitted)]
+                rows = pa.Table.from_batches(batches, schema=reader.schema)
             os.utime(target)
-            return pa.Table.from_batches(batches, schema=schema).combine_chunks()
+            return rows.select([names[c.lower()] for c in columns]).combine_chunks()
         except (OSError, ValueError, KeyError, pa.ArrowException) as error:
             log.warning("local copy %s of %s not read (%s: %s); the file is read as Parquet",
                         target, path, type(error).__name__, error)
