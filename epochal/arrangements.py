@@ -61,7 +61,7 @@ REBUILD_FRACTION = 0.1  # appended rows, against the built rows, before it is bu
 REBUILD_ROWS = 100_000  # appended rows below which it is never built again for their number (a read decodes them in ms)
 ARRANGE_ROWS = 1_000_000  # inputs smaller than this are scanned (a scan of them costs what a lookup does)
 DRIVER_BUILD_ROWS = 10_000_000  # inputs up to this many rows are arranged on the driver, larger ones by Spark
-DECODED_BYTES = 1 << 30  # decoded row groups kept for later reads (Arrangements._rows_of)
+DECODED_BYTES = 1 << 30  # decoded row groups kept for later reads (Arrangements.rows_of)
 FORMAT = 1
 # commits that add and remove no rows: the maintenance job's VACUUM (delta-rs logs its start and end)
 ROWLESS_OPERATIONS = frozenset({"VACUUM START", "VACUUM END"})
@@ -279,7 +279,7 @@ class Arrangements:
             if nulls:
                 condition = condition | ds.field(field).is_null()
             holding = _files_holding(table, dataset, field, values, nulls)
-            arranged, copied = self._rows_of(self.path(source, key), holding, selected, field, values, nulls, condition)
+            arranged, copied = self.rows_of(self.path(source, key), holding, selected, field, values, nulls, condition)
             arranged = _without_views(arranged)
         except (DeltaError, OSError, KeyError, ValueError, pa.ArrowException) as error:
             log.warning("arrangement %s not read (%s); %s is scanned instead", self.path(source, key), error, source)
@@ -320,10 +320,10 @@ class Arrangements:
             total[:] = [a + b for a, b in zip(total, served)]
         return rows.rename_columns(list(columns))
 
-    def _rows_of(self, path: str, holding, selected: list[str], field: str, values: pa.Array, nulls: bool,
+    def rows_of(self, path: str, holding, selected: list[str], field: str, values: pa.Array, nulls: bool,
                  condition) -> tuple[pa.Table, int]:
-        """`holding`'s rows (files of the arrangement at `path`, cut to the row groups that may
-        hold the keys) whose `field` is one of `values` (or NULL, with `nulls`): from each file's
+        """`holding`'s rows (files of the table at `path`, an arrangement or a state table, cut to
+        the row groups that may hold the keys) whose `field` is one of `values` (or NULL, with `nulls`): from each file's
         local copy (local_copies), else from its Parquet row groups. Row groups decoded by earlier
         reads are taken from memory: the join terms of one refresh read the same changed orders'
         row groups again and again (lineitem by l_orderkey at scale 10: 19,472 row groups in 12
@@ -466,15 +466,26 @@ class Arrangements:
         """Make the local copies of a built arrangement's files now, in the refresh that built
         it, not in the first incremental read (lineitem by l_orderkey at scale 10: 15 files of
         4M rows, about 20 s), and delete the copies of the files it was built from before."""
+        self.copy_table(self.path(source, key), key)
+
+    def copy_table(self, path: str, key: str) -> None:
+        """Make the local copies of the files of the Delta table at `path` (an arrangement, or a
+        state table just replaced) for reads by `key`, an integer or date column, and delete the
+        copies of its files that are gone."""
         if self.copies is None:
             return
         from concurrent.futures import ThreadPoolExecutor
 
         from deltalake import DeltaTable
 
-        path = self.path(source, key)
+        from .shared_reads import key_kind
+
         try:
-            fragments = list(DeltaTable(path, storage_options=self.storage_options).to_pyarrow_dataset().get_fragments())
+            dataset = DeltaTable(path, storage_options=self.storage_options).to_pyarrow_dataset()
+            field = {n.lower(): dataset.schema.field(n) for n in dataset.schema.names}[key.lower()]
+            if key_kind(field.type) not in ("integer", "date"):
+                return
+            fragments = list(dataset.get_fragments())
         except Exception as error:  # noqa: BLE001 - copies are a cache; reads make what is missing
             log.warning("local copies of %s not made now (%s); its first reads make them", path, error)
             return

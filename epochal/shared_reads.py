@@ -429,10 +429,17 @@ class SharedReads:
             values = self._key_array(keys, target.type)
             if values is None:
                 return None
+            if not keys and not nulls:  # no keys (a change batch its partners left empty): no rows
+                return pa.schema([dataset.schema.field(c) for c in columns]).empty_table()
             dataset = _files_holding(table, dataset, target.name, values, nulls)
             condition = ds.field(target.name).isin(values)
             if nulls:
                 condition = condition | ds.field(target.name).is_null()
+            if self._copied(path, target.type):
+                found, copied = self.arrangements.rows_of(path, dataset, columns, target.name, values, nulls, condition)
+                log.debug("read %s version %d for %d values of %s: %d files from local copies", path, version,
+                          len(keys), field, copied)
+                return found if found.num_rows <= self.key_rows else None
             batches, rows = [], 0
             for batch in dataset.scanner(columns=columns, filter=condition).to_batches():
                 rows += batch.num_rows
@@ -442,6 +449,13 @@ class SharedReads:
             return pa.Table.from_batches(batches, schema=pa.schema([dataset.schema.field(c) for c in columns]))
         except (DeltaError, OSError, ValueError, TypeError, KeyError, pa.ArrowException):
             return None  # a type or table delta-rs cannot read as Spark does: Spark's to read
+
+    def _copied(self, path: str, key_type: pa.DataType) -> bool:
+        """Whether reads of `path` by a key of `key_type` go through local copies of its files: a
+        state table's (written in key order, writes.py), by an integer or date key. An input's
+        reads are its arrangement's (unsorted, a copy's batch bounds would admit every key)."""
+        return (path not in self.columns and self.arrangements is not None and self.arrangements.copies is not None
+                and key_kind(key_type) in ("integer", "date"))
 
     def _read_columns(self, path: str, names: list[str], field: str) -> list[str]:
         """Of a table's column `names`, those the refresh reads from it and the key `field`

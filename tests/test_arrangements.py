@@ -12,6 +12,7 @@ import math
 import struct
 import uuid
 from collections import Counter
+from decimal import Decimal
 
 import pyarrow as pa
 import pytest
@@ -22,7 +23,7 @@ from epochal import Engine
 from epochal.arrangements import MAX_APPENDS, ROW_GROUP, Arrangements, Commit, due_for_rebuild, net_rows
 from epochal.graph import WEIGHT
 from epochal.optimize.restrict_cogenerators import keyed_partners
-from tests.test_differential import run_epochs
+from tests.test_differential import EPOCH, SLOW, run_epochs
 from tests.test_shared_reads import DRIVER_ROWS, RESTRICTED
 
 FLOATS = st.sampled_from([0.0, -0.0, 1.5, float("nan"), float("inf"), None])
@@ -216,3 +217,60 @@ def test_vacuum_deletes_a_rebuilt_arrangements_old_files_and_it_stays_in_use(spa
     rows = arrangements.read(source, 1, "k", pa.array([2, 4], pa.int64()), False, ["k", "v"], lambda *_: None)
     assert sorted(rows.to_pylist(), key=lambda r: r["k"]) == [{"k": 2, "v": "b"}, {"k": 4, "v": "d"}]
     assert arrangements.take_served()[(source, "k")]["copied_files"] == 1
+
+
+KEYED_STATE = {  # state keyed by an integer first: the aggregate's groups, the distinct rows, the use counts
+    "per_key": "SELECT k, count(*) AS n, sum(v) AS s, count(DISTINCT g) AS groups FROM a GROUP BY k",
+    "distinct_pairs": "SELECT DISTINCT k, g FROM a",
+}
+
+
+class _StateReads(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.copied_files = 0
+        self.warnings = []
+
+    def emit(self, record):
+        message = record.getMessage()
+        if "/state/" in message and message.endswith("from local copies"):
+            self.copied_files += int(message.rsplit(":", 1)[1].split()[0])
+        if record.levelno >= logging.WARNING and "local cop" in message:
+            self.warnings.append(message)
+
+
+@SLOW
+@given(epochs=st.lists(EPOCH, min_size=2, max_size=3))
+def test_state_too_large_for_the_driver_is_kept_in_key_order_and_read_from_local_copies(spark, warehouse, epochs):
+    """State tables too large for the driver (DRIVER_ROWS) are written by Spark in key order and
+    copied when written; incremental steps read their changed keys' rows (NULL keys too) from the
+    copies, and every table equals its recompute after every epoch."""
+    import pyarrow.parquet as pq
+    from deltalake import DeltaTable
+
+    from epochal.local_copies import LocalCopies
+
+    handler = _StateReads()
+    logger = logging.getLogger("epochal")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    root = f"{warehouse}/{uuid.uuid4().hex[:8]}"
+    try:
+        # and one row at a known key, then at NULL: changes of at most DRIVER_ROWS rows are the driver's to apply
+        known = [([("insert", [(1, "w", 2, Decimal("0.50"))])], []), ([("insert", [(None, "w", 1, None)])], [])]
+        run_epochs(spark, warehouse, KEYED_STATE, [*epochs, *known], driver_rows=DRIVER_ROWS, arrange_rows=0,
+                   root=root)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    assert not handler.warnings, handler.warnings
+    assert handler.copied_files > 0
+    copies = LocalCopies(f"{root}/_epochal/local_copies")
+    states = glob.glob(f"{root}/_epochal/tables/*/state/*/")
+    assert len(states) == 3, states  # per_key's groups and its distinct g's use counts; distinct_pairs' rows
+    for state in states:
+        for uri in DeltaTable(state.rstrip("/"), version=0).file_uris():  # the first epoch's, by Spark
+            keys = pq.read_table(uri).column(0).to_pylist()  # the first key (a's k, renamed)
+            assert keys == sorted(keys, key=lambda k: (k is not None, k)), (state, keys)  # Spark sorts NULLs first
+        assert glob.glob(f"{copies._folder(state.rstrip('/'))}/*.arrow"), state
