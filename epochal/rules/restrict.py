@@ -21,6 +21,7 @@ from datetime import date, datetime
 from decimal import Decimal
 from functools import reduce
 
+import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, IntegralType
@@ -276,6 +277,28 @@ def _restricted_semijoin(ctx, node: SemiJoin, side: str, column: str, keys) -> D
     return rule._evaluate(node, ctx)([left, right], side)
 
 
+def _filtered(node: Node) -> bool:
+    """Whether `node` filters its input's rows: a partner read first narrows the change batch."""
+    return isinstance(node, (Filter, SemiJoin)) or any(_filtered(child) for child in node.inputs)
+
+
+def _semi_joined(change, a: str, partner, b: str):
+    """The change batch's Arrow rows whose `a` is one of the partner's values of `b`: in the inner
+    join term, a change row without a partner yields nothing, so the partners read after it need
+    only the keys of the rows that remain (TPC-H Q9: lineitem's changes keep about one part in
+    eighteen, `p_name LIKE '%green%'`, before partsupp and orders are read for them). None where
+    either side is not on the driver or their types do not compare in Arrow."""
+    import pyarrow.compute as pc
+
+    if change is None or partner is None:
+        return None
+    try:
+        found = pc.is_in(change.column(a), value_set=pc.unique(partner.column(b)).cast(change.schema.field(a).type))
+    except (KeyError, pa.ArrowException):
+        return None
+    return change.filter(pc.fill_null(found, False))
+
+
 def _driver_keys(values: list | tuple) -> tuple | None:
     """The batch's key values as the driver read takes them, or None for a (min, max) range."""
     return tuple(values) if isinstance(values, list) else None
@@ -293,13 +316,18 @@ def restrict_partners(node, ctx, start: int, change: DataFrame, sides: dict[int,
         columns = sorted({a for a, _, _ in pairs})
         keys = ctx.memo(node.parts[start], "restrict_keys:" + ",".join(columns), lambda: _keys(change, columns, ctx.rows_on_driver(change)))
     types = {f.name: f.dataType for f in change.schema.fields}
-    for a, j, b in pairs:
+    surviving = held = ctx.rows_on_driver(change)
+    for a, j, b in sorted(pairs, key=lambda pair: not _filtered(node.parts[pair[1]])):
         values = _driver_keys(keys[a])
         if j in frames or values is None or a not in types:
             continue
+        if surviving is not None and surviving.num_rows < held.num_rows:
+            narrowed = _values_on_driver(surviving, a)
+            values = tuple(narrowed[0]) if narrowed is not None else values
         read = restricted_snapshot(ctx, node.parts[j], sides[j], b, (values, False))
         if read is not None and _comparable(types[a], read.schema[b].dataType):
             frames[j] = read  # only the rows of some keys; the join matches the rest exactly
+            surviving = _semi_joined(surviving, a, ctx.rows_on_driver(read), b)
     read = set(frames)
     _reduce(ctx, node, start, frames, {j for j in frames if ctx.rows_on_driver(frames[j]) is not None}, sides,
             held_only=True)  # further inputs read for the values of the inputs read so far
