@@ -321,13 +321,14 @@ class Arrangements:
         return rows.rename_columns(list(columns))
 
     def rows_of(self, path: str, holding, selected: list[str], field: str, values: pa.Array, nulls: bool,
-                 condition) -> tuple[pa.Table, int]:
+                condition) -> tuple[pa.Table, int]:
         """`holding`'s rows (files of the table at `path`, an arrangement or a state table, cut to
-        the row groups that may hold the keys) whose `field` is one of `values` (or NULL, with `nulls`): from each file's
-        local copy (local_copies), else from its Parquet row groups. Row groups decoded by earlier
-        reads are taken from memory: the join terms of one refresh read the same changed orders'
-        row groups again and again (lineitem by l_orderkey at scale 10: 19,472 row groups in 12
-        reads). Also returns how many files were read from their local copies."""
+        the row groups that may hold the keys) whose `field` is one of `values` (or NULL, with
+        `nulls`): from each file's local copy (local_copies), else from its Parquet row groups. Row
+        groups decoded by earlier reads are taken from memory: the join terms of one refresh read
+        the same changed orders' row groups again and again (lineitem by l_orderkey at scale 10:
+        19,472 row groups in 12 reads). Also returns how many files were read from their local
+        copies."""
         from .shared_reads import _as_integers
 
         parts, copied_files = [], 0

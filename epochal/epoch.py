@@ -745,10 +745,10 @@ def _write_states(engine, table, step: Step, state: StateStore, writes: list, me
         recorded = state.versions.get(write.name)
         since = recorded + 1 if recorded is not None and log is not None and log.version >= recorded else 0
         app, tag = f"epochal/{table.name}/{write.name}", _tag(table, step, write.name)
-        replaced = replaces_state(state, write)
+        copied = bool(write.keys) and engine.arrangements is not None and replaces_state(state, write)
         if write_state(engine.spark, state, write, step.seq, app, tag, engine.driver_rows):
             meter.driver_commits += 1
-        elif replaced and write.keys and engine.arrangements is not None:
+        elif copied:
             # too large for the driver, so later epochs read it by key: copy it now, not in their reads
             engine.arrangements.copy_table(path, write.keys[0])
         meter.commits += 1

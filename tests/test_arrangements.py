@@ -240,7 +240,7 @@ class _StateReads(logging.Handler):
 
 
 @SLOW
-@given(epochs=st.lists(EPOCH, min_size=2, max_size=3))
+@given(epochs=st.lists(EPOCH, min_size=1, max_size=2))
 def test_state_too_large_for_the_driver_is_kept_in_key_order_and_read_from_local_copies(spark, warehouse, epochs):
     """State tables too large for the driver (DRIVER_ROWS) are written by Spark in key order and
     copied when written; incremental steps read their changed keys' rows (NULL keys too) from the

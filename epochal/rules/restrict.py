@@ -177,10 +177,11 @@ def distinct_values(frame: DataFrame, column: str, rows=None) -> tuple[tuple, bo
     return None if len(present) > MAX_KEYS else (tuple(sorted(present)), len(present) < len(values))
 
 
-def _matching(ctx, frame: DataFrame, column: str, nulls: bool) -> tuple[tuple, bool] | None:
-    """The keys to read a partner for: `column`'s values in `frame`, with the partner's NULLs
-    when `nulls` (a NULL-safe correlation matches them)."""
-    found = distinct_values(frame, column, ctx.rows_on_driver(frame))
+def _matching(ctx, frame: DataFrame, column: str, nulls: bool, rows=None) -> tuple[tuple, bool] | None:
+    """The keys to read a partner for: `column`'s values in `frame` (or in `rows`, Arrow rows
+    holding every row of it that can join), with the partner's NULLs when `nulls` (a NULL-safe
+    correlation matches them)."""
+    found = distinct_values(frame, column, rows if rows is not None else ctx.rows_on_driver(frame))
     return None if found is None else (found[0], nulls)
 
 
@@ -204,14 +205,21 @@ def _restricted_join(ctx, node: Join, side: str, column: str, keys) -> DataFrame
 
 
 def _reduce(ctx, node: Join, start: int, frames: dict[int, DataFrame], reduced: set[int], sides: dict[int, str],
-            held_only: bool = False) -> None:
+            held_only: bool = False, narrowed: dict | None = None) -> None:
     """Semi-join reduction, hop by hop: read each input not in `frames` (as of `sides[j]`) for the
     values its equality to an input read so far (in `reduced`) can match, on the driver; in full
-    where it cannot be. Inputs are tried in the join's order from `start`, again while a pass
-    reads one (a read refused for too many rows through one partner may succeed through another
-    read later). `held_only`: reduce from inputs whose rows are on the driver only (no Spark job
-    to collect their values)."""
+    where it cannot be. Inputs are tried in the join's order from `start`, those that filter their
+    rows first, again while a pass reads one (a read refused for too many rows through one partner
+    may succeed through another read later). Each read narrows the Arrow rows of the input its
+    keys came from to those it matches (`_semi_joined`), so later reads take fewer keys;
+    `narrowed`: such rows to start from, by input. `held_only`: reduce from inputs whose rows are
+    on the driver only (no Spark job to collect their values)."""
     from .join import join_order
+
+    narrowed = dict(narrowed or {})
+
+    def rows(index: int):
+        return narrowed[index] if index in narrowed else ctx.rows_on_driver(frames[index])
 
     def partners(index: int):
         for condition in conjuncts(node.condition):
@@ -228,7 +236,8 @@ def _reduce(ctx, node: Join, start: int, frames: dict[int, DataFrame], reduced: 
                     if x in node.parts[p].columns and (not held_only or ctx.rows_on_driver(frames[p]) is not None):
                         yield p, x, y
 
-    order = [index for index, _ in join_order(node, start) if index >= 0 and index not in frames]
+    order = sorted((index for index, _ in join_order(node, start) if index >= 0 and index not in frames),
+                   key=lambda index: not _filtered(node.parts[index]))
     tried: set[tuple] = set()
     progress = True
     while progress:
@@ -239,10 +248,13 @@ def _reduce(ctx, node: Join, start: int, frames: dict[int, DataFrame], reduced: 
                     continue
                 tried.add((index, p, x, y))
                 frame = restricted_snapshot(ctx, node.parts[index], sides[index], y,
-                                            lambda p=p, x=x: _matching(ctx, frames[p], x, False))
+                                            lambda p=p, x=x: _matching(ctx, frames[p], x, False, rows(p)))
                 if frame is not None and _comparable(frames[p].schema[x].dataType, frame.schema[y].dataType):
                     frames[index] = frame
                     reduced.add(index)
+                    kept = _semi_joined(rows(p), x, ctx.rows_on_driver(frame), y)
+                    if kept is not None:
+                        narrowed[p] = kept
                     progress = True
                     break
     for index in order:
@@ -329,8 +341,9 @@ def restrict_partners(node, ctx, start: int, change: DataFrame, sides: dict[int,
             frames[j] = read  # only the rows of some keys; the join matches the rest exactly
             surviving = _semi_joined(surviving, a, ctx.rows_on_driver(read), b)
     read = set(frames)
+    # further inputs read for the values of the inputs read so far (the change: of its rows that remain)
     _reduce(ctx, node, start, frames, {j for j in frames if ctx.rows_on_driver(frames[j]) is not None}, sides,
-            held_only=True)  # further inputs read for the values of the inputs read so far
+            held_only=True, narrowed={start: surviving} if surviving is not None else None)
     filtered = set(frames) - read - {j for j in frames if ctx.rows_on_driver(frames[j]) is not None}
     for a, j, b in pairs:
         if j in filtered and ctx.rows_on_driver(frames[j]) is None:  # a local relation skips no files
