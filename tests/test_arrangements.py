@@ -6,6 +6,7 @@ reference in Python."""
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import logging
 import math
@@ -71,20 +72,26 @@ class _Served(logging.Handler):
             self.copies_unread += 1
 
 
-def _run_counting_served(spark, warehouse, shapes, epochs) -> tuple[str, int]:
-    """run_epochs with every input read by key arranged: (its warehouse root, the keyed reads
-    served by arrangements), every arrangement file read from its local copy."""
-    handler = _Served()
+@contextlib.contextmanager
+def _listening(handler: logging.Handler):
+    """`handler` receives the engine's log records, its debug records too, inside the block."""
     logger = logging.getLogger("epochal")
     level = logger.level
     logger.addHandler(handler)
     logger.setLevel(logging.DEBUG)
-    root = f"{warehouse}/{uuid.uuid4().hex[:8]}"
     try:
-        run_epochs(spark, warehouse, shapes, epochs, driver_rows=DRIVER_ROWS, arrange_rows=0, root=root)
+        yield handler
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)
+
+
+def _run_counting_served(spark, warehouse, shapes, epochs) -> tuple[str, int]:
+    """run_epochs with every input read by key arranged: (its warehouse root, the keyed reads
+    served by arrangements), every arrangement file read from its local copy."""
+    root = f"{warehouse}/{uuid.uuid4().hex[:8]}"
+    with _listening(_Served()) as handler:
+        run_epochs(spark, warehouse, shapes, epochs, driver_rows=DRIVER_ROWS, arrange_rows=0, root=root)
     assert handler.copies_unread == 0
     assert handler.served == 0 or glob.glob(f"{root}/_epochal/local_copies/*/*.arrow")
     return root, handler.served
@@ -226,6 +233,8 @@ KEYED_STATE = {  # state keyed by an integer first: the aggregate's groups, the 
 
 
 class _StateReads(logging.Handler):
+    """Counts the state files keyed reads took from local copies, and keeps warnings about copies."""
+
     def __init__(self):
         super().__init__(logging.DEBUG)
         self.copied_files = 0
@@ -250,20 +259,12 @@ def test_state_too_large_for_the_driver_is_kept_in_key_order_and_read_from_local
 
     from epochal.local_copies import LocalCopies
 
-    handler = _StateReads()
-    logger = logging.getLogger("epochal")
-    level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.DEBUG)
     root = f"{warehouse}/{uuid.uuid4().hex[:8]}"
-    try:
-        # and one row at a known key, then at NULL: changes of at most DRIVER_ROWS rows are the driver's to apply
-        known = [([("insert", [(1, "w", 2, Decimal("0.50"))])], []), ([("insert", [(None, "w", 1, None)])], [])]
+    # and one row at a known key, then at NULL: changes of at most DRIVER_ROWS rows are the driver's to apply
+    known = [([("insert", [(1, "w", 2, Decimal("0.50"))])], []), ([("insert", [(None, "w", 1, None)])], [])]
+    with _listening(_StateReads()) as handler:
         run_epochs(spark, warehouse, KEYED_STATE, [*epochs, *known], driver_rows=DRIVER_ROWS, arrange_rows=0,
                    root=root)
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
     assert not handler.warnings, handler.warnings
     assert handler.copied_files > 0
     copies = LocalCopies(f"{root}/_epochal/local_copies")
