@@ -294,21 +294,21 @@ def _filtered(node: Node) -> bool:
     return isinstance(node, (Filter, SemiJoin)) or any(_filtered(child) for child in node.inputs)
 
 
-def _semi_joined(change, a: str, partner, b: str):
-    """The change batch's Arrow rows whose `a` is one of the partner's values of `b`: in the inner
-    join term, a change row without a partner yields nothing, so the partners read after it need
-    only the keys of the rows that remain (TPC-H Q9: lineitem's changes keep about one part in
-    eighteen, `p_name LIKE '%green%'`, before partsupp and orders are read for them). None where
-    either side is not on the driver or their types do not compare in Arrow."""
+def _semi_joined(rows, a: str, partner, b: str):
+    """Of an input's Arrow `rows`, those whose `a` is one of the partner's values of `b`: in an
+    inner join a row without a partner yields nothing, so the inputs read after it need only the
+    keys of the rows that remain (TPC-H Q9: lineitem's changes keep about one part in eighteen,
+    `p_name LIKE '%green%'`, before partsupp and orders are read for them). None where either
+    side is not on the driver or their types do not compare in Arrow."""
     import pyarrow.compute as pc
 
-    if change is None or partner is None:
+    if rows is None or partner is None:
         return None
     try:
-        found = pc.is_in(change.column(a), value_set=pc.unique(partner.column(b)).cast(change.schema.field(a).type))
+        found = pc.is_in(rows.column(a), value_set=pc.unique(partner.column(b)).cast(rows.schema.field(a).type))
     except (KeyError, pa.ArrowException):
         return None
-    return change.filter(pc.fill_null(found, False))
+    return rows.filter(pc.fill_null(found, False))
 
 
 def _driver_keys(values: list | tuple) -> tuple | None:
