@@ -38,7 +38,7 @@ CACHED_BOUNDS = 4_096  # copies whose bounds are kept in memory (about 16 bytes 
 _INT64 = np.iinfo(np.int64)
 
 
-def _integers(column: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+def integers_and_nulls(column: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """`column` (integers or dates) as int64, dates as days since 1970; and where it is NULL."""
     if pa.types.is_date(column.type):
         column = column.cast(pa.date32()).cast(pa.int32())
@@ -124,7 +124,7 @@ class LocalCopies:
                         rows = parquet.read_row_group(group)
                         if not rows.num_rows:
                             continue
-                        values, missing = _integers(rows.column(field).combine_chunks())
+                        values, missing = integers_and_nulls(rows.column(field).combine_chunks())
                         starts = np.arange(0, rows.num_rows, self.batch_rows)
                         lows.append(np.minimum.reduceat(np.where(missing, _INT64.max, values), starts))
                         highs.append(np.maximum.reduceat(np.where(missing, _INT64.min, values), starts))

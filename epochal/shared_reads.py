@@ -37,6 +37,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 
 from .changes import POSITIVE_TYPES, consolidate_rows
 from .graph import WEIGHT
+from .local_copies import integers_and_nulls
 
 CHANGE_TYPE = "_change_type"
 log = logging.getLogger("epochal")
@@ -178,10 +179,9 @@ def _as_integer(value) -> int | None:
 
 
 def _as_integers(values: pa.Array) -> np.ndarray:
-    """Sorted integer or date keys as int64 (dates as days since 1970), as _FileBounds holds them."""
-    if pa.types.is_date(values.type):
-        values = values.cast(pa.date32()).cast(pa.int32())
-    return np.asarray(values.cast(pa.int64()).to_numpy(zero_copy_only=False))
+    """Sorted integer or date keys, none NULL, as int64 (dates as days since 1970), as _FileBounds
+    and the local copies' bounds hold them."""
+    return integers_and_nulls(values)[0]
 
 
 def _row_groups_holding(fragment, column: str, keys: np.ndarray, nulls: bool, size=None):
