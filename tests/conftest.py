@@ -3,6 +3,8 @@ test module, and one TPC-H load per test session that modules copy instead of lo
 
 from __future__ import annotations
 
+import fcntl
+import pickle
 import shutil
 from datetime import datetime, timezone
 
@@ -40,13 +42,24 @@ def warehouse(tmp_path_factory, request) -> str:
 
 
 @pytest.fixture(scope="session")
-def tpch_load(spark, tmp_path_factory):
+def tpch_load(spark, tmp_path_factory, worker_id):
     """TPC-H scale 0.01 loaded once at TPCH_LOADED_AT: (warehouse root, LoadReport). Read-only:
-    use `copy_tpch` to get a warehouse you may change."""
+    use `copy_tpch` to get a warehouse you may change. Under make test's workers (pytest-xdist)
+    the first worker to need it loads it into their shared temporary folder and the others wait
+    for it and read it there: one load per run, not one per worker (about 20 s of the two cores)."""
     from ops.tpch import load_tpch
 
-    root = str(tmp_path_factory.mktemp("tpch-0.01"))
-    return root, load_tpch(spark, root, 0.01, TPCH_LOADED_AT)
+    if worker_id == "master":
+        root = str(tmp_path_factory.mktemp("tpch-0.01"))
+        return root, load_tpch(spark, root, 0.01, TPCH_LOADED_AT)
+    shared = tmp_path_factory.getbasetemp().parent  # the run's folder, beside each worker's own
+    loaded = shared / "tpch-0.01.loaded"  # (root, LoadReport) of the load that finished
+    with open(shared / "tpch-0.01.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or the worker dies
+        if not loaded.exists():  # a load that failed half way leaves its own folder behind, unused
+            root = str(tmp_path_factory.mktemp("tpch-0.01"))
+            loaded.write_bytes(pickle.dumps((root, load_tpch(spark, root, 0.01, TPCH_LOADED_AT))))
+        return pickle.loads(loaded.read_bytes())
 
 
 @pytest.fixture(scope="session")
