@@ -24,7 +24,7 @@ from epochal import Engine
 from epochal.arrangements import MAX_APPENDS, ROW_GROUP, Arrangements, Commit, due_for_rebuild, net_rows
 from epochal.graph import WEIGHT
 from epochal.optimize.restrict_cogenerators import keyed_partners
-from tests.test_differential import EPOCH, SLOW, run_epochs
+from tests.test_differential import SLOW, epoch_lists, run_epochs
 from tests.test_shared_reads import DRIVER_ROWS, RESTRICTED
 
 FLOATS = st.sampled_from([0.0, -0.0, 1.5, float("nan"), float("inf"), None])
@@ -249,7 +249,7 @@ class _StateReads(logging.Handler):
 
 
 @SLOW
-@given(epochs=st.lists(EPOCH, min_size=1, max_size=2))
+@given(epochs=epoch_lists(min_size=1, max_size=2))
 def test_state_too_large_for_the_driver_is_kept_in_key_order_and_read_from_local_copies(spark, warehouse, epochs):
     """State tables too large for the driver (DRIVER_ROWS) are written by Spark in key order and
     copied when written; incremental steps read their changed keys' rows (NULL keys too) from the

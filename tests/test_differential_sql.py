@@ -12,11 +12,10 @@ import uuid
 from decimal import Decimal
 
 from hypothesis import given
-from hypothesis import strategies as st
 
 from epochal import Engine
 from tests.support import SyntheticSource, assert_matches_recompute
-from tests.test_differential import A_SCHEMA, B_SCHEMA, EPOCH, SLOW, run_epochs
+from tests.test_differential import A_SCHEMA, B_SCHEMA, SLOW, epoch_lists, run_epochs
 
 JOINS_AND_SUBQUERIES = {
     "left_outer": "SELECT a.k, a.g, b.name FROM a LEFT JOIN b ON a.k = b.k",
@@ -60,13 +59,13 @@ AGGREGATES_AND_SETS = {
 
 
 @SLOW
-@given(epochs=st.lists(EPOCH, min_size=2, max_size=3))
+@given(epochs=epoch_lists(min_size=2, max_size=3))
 def test_joins_and_subqueries_match_recompute(spark, warehouse, epochs):
     run_epochs(spark, warehouse, JOINS_AND_SUBQUERIES, epochs)
 
 
 @SLOW
-@given(epochs=st.lists(EPOCH, min_size=2, max_size=3))
+@given(epochs=epoch_lists(min_size=2, max_size=3))
 def test_aggregates_sets_topk_windows_match_recompute(spark, warehouse, epochs):
     run_epochs(spark, warehouse, AGGREGATES_AND_SETS, epochs)
 

@@ -23,7 +23,7 @@ from epochal.changes import consolidate, consolidate_rows
 from epochal.graph import WEIGHT
 from epochal.shared_reads import SharedReads
 from tests.support import as_multiset
-from tests.test_differential import DEFINITIONS, EPOCH, EXAMPLES, SLOW, run_epochs
+from tests.test_differential import DEFINITIONS, EXAMPLES, SLOW, epoch_lists, run_epochs
 from tests.test_differential_sql import JOINS_AND_SUBQUERIES
 
 SCHEMA = "k int, g string, d decimal(10,2), day date"
@@ -273,7 +273,7 @@ DRIVER_ROWS = 2  # the synthetic sources (6 and 5 rows) are too large to be read
 
 
 @SLOW
-@given(epochs=st.lists(EPOCH, min_size=2, max_size=3))
+@given(epochs=epoch_lists(min_size=2, max_size=3))
 def test_co_generators_read_for_their_keys_on_the_driver_match_recompute(spark, warehouse, epochs):
     """Join terms and affected-key recomputes read their partners' rows for the change's keys on
     the driver (a read finding more than DRIVER_ROWS rows goes to Spark), and stay exact. Every
