@@ -80,7 +80,7 @@ def multiset_diff(engine, name: str) -> str | None:
     )
 
 
-def _stored_rows(engine, name: str) -> Counter:
+def stored_rows(engine, name: str) -> Counter:
     """The table as of its last epoch, read by delta-rs (no Spark job; the stored files are what
     is compared, not the engine's reading of them)."""
     from deltalake import DeltaTable
@@ -157,7 +157,7 @@ def mismatched_tables(engine, names) -> list[str]:
     union of every table and recompute made a plan whose optimization cost more than the epochs
     it checked.)"""
     oracle = Oracle(engine)
-    return sorted(name for name in names if _stored_rows(engine, name) != oracle.rows(name))
+    return sorted(name for name in names if stored_rows(engine, name) != oracle.rows(name))
 
 
 def assert_matches_recompute(engine, names=None, context: str = "") -> None:
