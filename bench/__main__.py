@@ -61,6 +61,9 @@ def _arguments(argv=None) -> argparse.Namespace:
     parser.add_argument("--arrange-rows", type=lambda v: None if v == "none" else int(v), default=-1,
                         help="Engine(arrange_rows=...): inputs of at least this many rows read by key are arranged "
                              "(epochal/arrangements.py); 'none' never; default the engine's")
+    parser.add_argument("--parallelism", type=int, default=None,
+                        help="Engine(parallelism=...): steps run at once; 1 times each table's step alone, "
+                             "not beside other tables' steps; default the engine's")
     parser.add_argument("--source-writer", choices=("delta-rs", "spark"), default="delta-rs",
                         help="who commits the change batches to the sources (ops.changes.ChangeGenerator's "
                              "writer; not timed): 'spark' as runs before 2026-11-26 did")
@@ -87,11 +90,13 @@ def _warehouse(spark, work: Path, scale: float, name: str) -> str:
     return str(root)
 
 
-def _engine(spark, root: str, queries: list[str], driver_rows: int | None = None, arrange_rows: int | None = -1):
+def _engine(spark, root: str, queries: list[str], driver_rows: int | None = None, arrange_rows: int | None = -1,
+            parallelism: int | None = None):
     from epochal import Engine
 
     options = ({} if driver_rows is None else {"driver_rows": driver_rows}) | \
-        ({} if arrange_rows == -1 else {"arrange_rows": arrange_rows})
+        ({} if arrange_rows == -1 else {"arrange_rows": arrange_rows}) | \
+        ({} if parallelism is None else {"parallelism": parallelism})
     engine = Engine(spark, root, **options)
     for source in SOURCES:
         engine.source(source, clock="logical")
@@ -264,11 +269,12 @@ def _highest(peaks: list[dict]) -> dict[str, float | None]:
 
 
 def run_scale(spark, work: Path, scale: float, fraction: float, epochs: int, queries: list[str],
-              driver_rows: int | None = None, source_writer: str = "delta-rs", arrange_rows: int | None = -1) -> dict:
+              driver_rows: int | None = None, source_writer: str = "delta-rs", arrange_rows: int | None = -1,
+              parallelism: int | None = None) -> dict:
     from ops.changes import ChangeGenerator
 
     root = _warehouse(spark, work, scale, f"run-{scale:g}-{fraction:g}")
-    engine = _engine(spark, root, queries, driver_rows, arrange_rows)
+    engine = _engine(spark, root, queries, driver_rows, arrange_rows, parallelism)
     _reset_peaks(spark)
     first, _ = _timed(lambda: engine.refresh(until=LOADED_AT + timedelta(minutes=15)))
     first_peak = _peak_gigabytes(spark)
@@ -429,6 +435,7 @@ def report_markdown(arguments, runs: list[dict], sweep: list[dict], started: str
              f"{' (same change rows on every scale)' if getattr(arguments, 'same_change_rows', False) else ''}, "
              f"epochs {arguments.epochs}, driver_rows {arguments.driver_rows if arguments.driver_rows is not None else 'default'}, "
              f"arrange_rows {_arrange_rows(getattr(arguments, 'arrange_rows', -1))}, "
+             f"parallelism {getattr(arguments, 'parallelism', None) or 'default'}, "
              f"queries {arguments.queries}, source writer {getattr(arguments, 'source_writer', 'spark')}. One Spark session, local[*] on {os.cpu_count()} cores; per table and "
              "epoch the incremental epoch and a full recompute-and-overwrite run back to back.", ""]
     for run in runs:
@@ -550,12 +557,12 @@ def main(argv=None) -> None:
     for scale in arguments.scales:
         fraction = arguments.fraction * (arguments.scales[0] / scale if arguments.same_change_rows else 1)
         runs.append(run_scale(spark, work, scale, fraction, arguments.epochs, queries, arguments.driver_rows,
-                              arguments.source_writer, arguments.arrange_rows))
+                              arguments.source_writer, arguments.arrange_rows, arguments.parallelism))
         save()
     sweep_queries = [f"tpch_q{n:02d}" for n in arguments.sweep_queries]
     for fraction in arguments.sweep:
         sweep.append(run_scale(spark, work, arguments.scales[0], fraction, 1, sweep_queries, arguments.driver_rows,
-                               arguments.source_writer, arguments.arrange_rows))
+                               arguments.source_writer, arguments.arrange_rows, arguments.parallelism))
         save()
     text = report_markdown(arguments, runs, sweep, started)
     (out / "report.md").write_text(text)
