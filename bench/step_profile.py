@@ -5,6 +5,10 @@ is delta-rs's). Prints each step's seconds and phases, then the engine functions
 seconds over the profiled epochs (the first epoch is not profiled).
 
     .venv/bin/python -m bench.step_profile 0.1 6 [--epochs 3] [--unprofiled 1] [--top 40] [--callers FUNCTION]
+        [--source-writer spark] [--cold]
+
+`--cold` empties the OS page cache before each profiled step (needs root), as a step meets it
+after a full recompute has read gigabytes through Spark.
 
 `--callers pyspark` lists which engine lines call into a library (pyspark, py4j, deltalake,
 pyarrow), with the seconds spent under them.
@@ -32,6 +36,9 @@ def main(argv=None) -> None:
     parser.add_argument("--top", type=int, default=40)
     parser.add_argument("--callers", default=None, help="a library (pyspark, py4j, deltalake, pyarrow): engine lines calling it")
     parser.add_argument("--work", default="/tmp/epochal-bench")
+    parser.add_argument("--source-writer", choices=("delta-rs", "spark"), default="delta-rs",
+                        help="who commits the change batches (the bench's --source-writer)")
+    parser.add_argument("--cold", action="store_true", help="empty the OS page cache before each profiled step")
     arguments = parser.parse_args(argv)
     if arguments.epochs < 1:
         parser.error("--epochs must be at least 1 (the profiled epochs)")
@@ -47,13 +54,16 @@ def main(argv=None) -> None:
     began = time.perf_counter()
     engine.refresh(until=LOADED_AT + timedelta(minutes=15))
     print(f"first epoch: {time.perf_counter() - began:.1f} s")
-    generator = ChangeGenerator(spark, root, seed=11, fraction=arguments.fraction)
+    generator = ChangeGenerator(spark, root, seed=11, fraction=arguments.fraction,
+                                writer=arguments.source_writer)
     profile = cProfile.Profile(time.perf_counter)
     for index in range(1, arguments.unprofiled + arguments.epochs + 1):
         generator.apply_batch(index, LOADED_AT + timedelta(hours=index - 1, minutes=30))
         until = LOADED_AT + timedelta(hours=index)
         profiled = index > arguments.unprofiled
         for name in names:
+            if profiled and arguments.cold:
+                _empty_page_cache()
             if profiled:
                 profile.enable()
             began = time.perf_counter()
@@ -83,6 +93,14 @@ def main(argv=None) -> None:
                     sites[key] = sites.get(key, 0.0) + timing[3]
         for key, seconds in sorted(sites.items(), key=lambda item: -item[1])[:arguments.top]:
             print(f"  {seconds:7.3f} s  {key}")
+
+
+def _empty_page_cache() -> None:
+    import os
+
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as control:
+        control.write("3\n")
 
 
 if __name__ == "__main__":
