@@ -416,7 +416,7 @@ def _arranged_line(run: dict) -> list[str]:
     served = [(e["index"], r) for e in run["epochs"] for r in e.get("arranged_reads", [])]
     if served:
         lines += ["Reads served by arrangements (per epoch and input, all tables' steps together):", "",
-                  "| epoch | input.key | reads | keys | files | of them local copies | row groups | rows read | "
+                  "| epoch | input.key | reads | keys | files | of them local copies | Parquet row groups | rows read | "
                   "change feed rows |",
                   "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
         lines += [f"| {i} | {r['input']}.{r['key']} | {r['reads']} | {r['keys']} | {r['files']} | "

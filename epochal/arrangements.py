@@ -278,15 +278,16 @@ class Arrangements:
             condition = ds.field(field).isin(values)
             if nulls:
                 condition = condition | ds.field(field).is_null()
-            holding = _files_holding(table, dataset, field, values, nulls)
-            arranged, copied = self.rows_of(self.path(source, key), holding, selected, field, values, nulls, condition)
+            holding = _files_holding(table, dataset, field, values, nulls, row_groups=self.copies is None)
+            arranged, copied, row_groups = self.rows_of(self.path(source, key), holding, selected, field, values,
+                                                        nulls, condition)
             arranged = _without_views(arranged)
         except (DeltaError, OSError, KeyError, ValueError, pa.ArrowException) as error:
             log.warning("arrangement %s not read (%s); %s is scanned instead", self.path(source, key), error, source)
             return None
         parts = [arranged]
-        fragments = list(holding.get_fragments())
-        served = [1, len(values), len(fragments), sum(f.num_row_groups for f in fragments), arranged.num_rows, 0, copied]
+        files = len(list(holding.get_fragments()))
+        served = [1, len(values), files, row_groups, arranged.num_rows, 0, copied]
         if commit.to < version:
             feed = changes(commit.to, version)
             if feed is None:
@@ -322,16 +323,17 @@ class Arrangements:
 
     def rows_of(self, path: str, holding, selected: list[str], field: str, values: pa.Array, nulls: bool,
                 condition) -> tuple[pa.Table, int]:
-        """`holding`'s rows (files of the table at `path`, an arrangement or a state table, cut to
-        the row groups that may hold the keys) whose `field` is one of `values` (or NULL, with
-        `nulls`): from each file's local copy (local_copies), else from its Parquet row groups. Row
-        groups decoded by earlier reads are taken from memory: the join terms of one refresh read
-        the same changed orders' row groups again and again (lineitem by l_orderkey at scale 10:
-        19,472 row groups in 12 reads). Also returns how many files were read from their local
-        copies."""
-        from .shared_reads import _as_integers
+        """`holding`'s rows (files of the table at `path`, an arrangement or a state table, that
+        may hold the keys; without local copies, cut to such row groups too) whose `field` is one
+        of `values` (or NULL, with `nulls`): from each file's local copy (local_copies), else from
+        its Parquet row groups that may hold them. Row groups decoded by earlier reads are taken
+        from memory: the join terms of one refresh read the same changed orders' row groups again
+        and again (lineitem by l_orderkey at scale 10: 19,472 row groups in 12 reads). Also
+        returns how many files were read from their local copies, and how many Parquet row
+        groups were read (decoded or from memory)."""
+        from .shared_reads import _as_integers, _row_groups_holding
 
-        parts, copied_files = [], 0
+        parts, copied_files, row_groups = [], 0, 0
         integers = np.sort(_as_integers(values)) if self.copies is not None else None
         wanted = pa.schema([holding.schema.field(name) for name in selected])
         try:
@@ -342,7 +344,14 @@ class Arrangements:
                         parts.append(copied.rename_columns(selected).cast(wanted))
                         copied_files += 1
                         continue
+                    try:  # not cut by _files_holding, which left that to the copies
+                        fragment = _row_groups_holding(fragment, field, integers, nulls)
+                    except pa.ArrowException:
+                        pass
+                    if fragment is None:
+                        continue
                 ids = [group.id for group in fragment.row_groups]
+                row_groups += len(ids)
                 found, missing = {}, []
                 with self._guard:
                     for group in ids:
@@ -365,14 +374,14 @@ class Arrangements:
                     self._keep_decoded(fragment.path, selected, {g: found[g] for g in missing})
                 parts.extend(found[group] for group in ids)
         except (AttributeError, TypeError):  # not Parquet fragments: scan them as they are
-            return holding.to_table(columns=selected, filter=condition), 0
+            return holding.to_table(columns=selected, filter=condition), 0, 0
         if not parts:
-            return holding.schema.empty_table().select(selected), copied_files
+            return holding.schema.empty_table().select(selected), copied_files, row_groups
         rows = pa.concat_tables(parts)
         mask = pc.is_in(rows.column(field), value_set=values)
         if nulls:
             mask = pc.or_(mask, pc.is_null(rows.column(field)))
-        return rows.filter(pc.fill_null(mask, False)), copied_files
+        return rows.filter(pc.fill_null(mask, False)), copied_files, row_groups
 
     def _keep_decoded(self, path: str, selected: list[str], groups: dict[int, pa.Table]) -> None:
         with self._guard:
@@ -387,8 +396,9 @@ class Arrangements:
 
     def take_served(self) -> dict[tuple[str, str], dict[str, int]]:
         """The reads served since the last call, per (input, key): how many, for how many keys,
-        the files and row groups opened, the arrangement's rows read, the change feed's rows
-        added and the files read from their local copies; and forget them."""
+        the files and Parquet row groups opened (none for a file read from its local copy), the
+        arrangement's rows read, the change feed's rows added and the files read from their local
+        copies; and forget them."""
         with self._guard:
             served, self._served = self._served, {}
         names = ("reads", "keys", "files", "row_groups", "rows", "feed_rows", "copied_files")

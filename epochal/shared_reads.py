@@ -202,9 +202,11 @@ def _row_groups_holding(fragment, column: str, keys: np.ndarray, nulls: bool, si
     return fragment if len(chosen) == len(lows) else fragment.subset(row_group_ids=chosen.tolist())
 
 
-def _files_holding(table, dataset, column: str, values: pa.Array, nulls: bool):
+def _files_holding(table, dataset, column: str, values: pa.Array, nulls: bool, row_groups: bool = True):
     """`dataset` cut to the files whose min/max statistics of `column` admit one of `values`
-    (sorted), or a NULL when `nulls`, and within them to the row groups whose statistics do.
+    (sorted), or a NULL when `nulls`, and within them (with `row_groups`) to the row groups whose
+    statistics do (that reads each file's footer: not wanted where local copies, with bounds of
+    their own, serve the files).
     pyarrow skips neither for an `isin` filter, and Delta keeps every file's statistics: changes
     to recent or old keys (an OLTP table's usual pattern) then read a few files instead of all,
     and a table sorted by the key in small row groups (a join's keyed state) is read for random
@@ -233,15 +235,24 @@ def _files_holding(table, dataset, column: str, values: pa.Array, nulls: bool):
     chosen = [f for f in fragments if f.path in kept]
     if len(chosen) != len(kept):  # paths spelled otherwise (encoded): read every file
         chosen = fragments
-    try:
-        integers = _as_integers(pa.array(keys, values.type))
-        cut = [_row_groups_holding(f, column, integers, nulls, kept.get(f.path)) for f in chosen]
-    except (AttributeError, TypeError, pa.ArrowException):  # not Parquet fragments, or unlike statistics
+    if not row_groups:
         cut = chosen
+    else:
+        cut = _row_groups_cut(chosen, column, keys, values.type, nulls, kept)
     cut = [f for f in cut if f is not None]
     if len(cut) == len(fragments) and all(a is b for a, b in zip(cut, fragments)):
         return dataset
     return ds.FileSystemDataset(cut, dataset.schema, dataset.format, dataset.filesystem)
+
+
+def _row_groups_cut(chosen: list, column: str, keys: list, kind: pa.DataType, nulls: bool, sizes: dict) -> list:
+    """Each of `chosen` cut by `_row_groups_holding` (None: holds none), or all of them as they
+    are where they are not Parquet fragments or their statistics are unlike."""
+    try:
+        integers = _as_integers(pa.array(keys, kind))
+        return [_row_groups_holding(f, column, integers, nulls, sizes.get(f.path)) for f in chosen]
+    except (AttributeError, TypeError, pa.ArrowException):  # not Parquet fragments, or unlike statistics
+        return chosen
 
 
 KEY_ROWS_PER_DRIVER_ROW = 10
@@ -431,12 +442,13 @@ class SharedReads:
                 return None
             if not keys and not nulls:  # no keys (a change batch its partners left empty): no rows
                 return pa.schema([dataset.schema.field(c) for c in columns]).empty_table()
-            dataset = _files_holding(table, dataset, target.name, values, nulls)
+            copied = self._copied(path, target.type)
+            dataset = _files_holding(table, dataset, target.name, values, nulls, row_groups=not copied)
             condition = ds.field(target.name).isin(values)
             if nulls:
                 condition = condition | ds.field(target.name).is_null()
-            if self._copied(path, target.type):
-                found, copied = self.arrangements.rows_of(path, dataset, columns, target.name, values, nulls, condition)
+            if copied:
+                found, copied, _ = self.arrangements.rows_of(path, dataset, columns, target.name, values, nulls, condition)
                 log.debug("read %s version %d for %d values of %s: %d files from local copies", path, version,
                           len(keys), field, copied)
                 return found if found.num_rows <= self.key_rows else None

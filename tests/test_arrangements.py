@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from epochal import Engine
 from epochal.arrangements import MAX_APPENDS, ROW_GROUP, Arrangements, Commit, due_for_rebuild, net_rows
 from epochal.graph import WEIGHT
+from epochal.local_copies import LocalCopies
 from epochal.optimize.restrict_cogenerators import keyed_partners
 from tests.test_differential import SLOW, epoch_lists, run_epochs
 from tests.test_shared_reads import DRIVER_ROWS, RESTRICTED
@@ -144,7 +145,8 @@ def test_a_build_sorts_the_input_by_its_key_into_disjoint_ranges(spark, warehous
     input's rows (NULL keys too), in row groups of at most ROW_GROUP rows, each row group and
     each file one range of keys, the ranges disjoint and in order: the layout a keyed read skips
     files and row groups by. Reads of overlapping keys (row groups decoded once, then kept) find
-    every row of their keys."""
+    every row of their keys, as do reads from local copies, and from Parquet where no copy can be
+    made."""
     import random
 
     import pyarrow.parquet as pq
@@ -176,10 +178,20 @@ def test_a_build_sorts_the_input_by_its_key_into_disjoint_ranges(spark, warehous
                 spans.append((chunk.statistics.min, chunk.statistics.max))
     spans.sort()
     assert all(high <= next_low for (_, high), (next_low, _) in zip(spans, spans[1:])), spans  # a key may straddle two
-    for keys in ([-500, 0, 499], [-3, 0, 7, 250], [0, 7], list(range(-20, 20))):  # row groups decoded again, and not
-        found = arrangements.read(source, 2, "k", pa.array(keys, pa.int32()), keys == [0, 7], ["k", "v"], None)
-        wanted = [r for r in rows if r[0] in keys or (keys == [0, 7] and r[0] is None)]
-        assert Counter(zip(found.column("k").to_pylist(), found.column("v").to_pylist())) == Counter(wanted), keys
+    blocked = f"{warehouse}/{uuid.uuid4().hex[:8]}-not-a-folder"
+    open(blocked, "w").close()
+    readers = {"Parquet": arrangements,  # and, where copies cannot be made, Parquet cut by row group on its own
+               "copies failing": Arrangements(arrangements.root, copies=LocalCopies(f"{blocked}/copies")),
+               "copies": Arrangements(arrangements.root, copies=LocalCopies(f"{warehouse}/{uuid.uuid4().hex[:8]}"))}
+    for name, reader in readers.items():
+        for keys in ([-500, 0, 499], [-3, 0, 7, 250], [0, 7], list(range(-20, 20))):  # row groups decoded again, and not
+            found = reader.read(source, 2, "k", pa.array(keys, pa.int32()), keys == [0, 7], ["k", "v"], None)
+            wanted = [r for r in rows if r[0] in keys or (keys == [0, 7] and r[0] is None)]
+            assert Counter(zip(found.column("k").to_pylist(), found.column("v").to_pylist())) == Counter(wanted), \
+                (name, keys)
+        served = reader.take_served()[(source, "k")]
+        assert (served["copied_files"] > 0) == (name == "copies"), (name, served)
+        assert (served["row_groups"] > 0) == (name != "copies"), (name, served)
 
 
 def test_an_arrangement_is_built_again_once_its_appends_are_many_or_large():
@@ -202,7 +214,6 @@ def test_vacuum_deletes_a_rebuilt_arrangements_old_files_and_it_stays_in_use(spa
     from deltalake import write_deltalake
 
     from epochal import maintenance
-    from epochal.local_copies import LocalCopies
     from epochal.warehouse import Warehouse
 
     root = f"{warehouse}/{uuid.uuid4().hex[:8]}"
@@ -256,8 +267,6 @@ def test_state_too_large_for_the_driver_is_kept_in_key_order_and_read_from_local
     copies, and every table equals its recompute after every epoch."""
     import pyarrow.parquet as pq
     from deltalake import DeltaTable
-
-    from epochal.local_copies import LocalCopies
 
     root = f"{warehouse}/{uuid.uuid4().hex[:8]}"
     # and one row at a known key, then at NULL: changes of at most DRIVER_ROWS rows are the driver's to apply
