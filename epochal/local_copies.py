@@ -1,5 +1,6 @@
 """Local copies: each arrangement data file that keyed reads use, copied once to the driver's
-disk as an Arrow IPC file in batches of BATCH_ROWS rows, with every batch's key bounds beside it.
+disk as an Arrow IPC file in batches of BATCH_ROWS rows, with every batch's key bounds (and
+rows: `certain_rows` refuses a read too large before it is made) beside it.
 
 A keyed read of Parquet decodes every row group that may hold one of its keys, each column chunk
 of it, at about 0.16 ms a chunk whatever its rows: lineitem by l_orderkey at scale 10 spends
@@ -34,7 +35,7 @@ log = logging.getLogger("epochal")
 BATCH_ROWS = 256  # rows per IPC batch: a random key reads about this many rows
 COPY_BYTES = 32 << 30  # the copies' disk budget, per directory
 ABANDONED_SECONDS = 3_600  # a half-written copy this old was left by a process that died
-CACHED_BOUNDS = 4_096  # copies whose bounds are kept in memory (about 16 bytes a batch each)
+CACHED_BOUNDS = 4_096  # copies whose bounds are kept in memory (32 bytes a batch each)
 _INT64 = np.iinfo(np.int64)
 
 
@@ -118,7 +119,7 @@ class LocalCopies:
                 parquet = pq.ParquetFile(source)
                 schema = parquet.schema_arrow
                 field = {n.lower(): i for i, n in enumerate(schema.names)}[key.lower()]
-                lows, highs, nulls = [], [], []
+                lows, highs, nulls, counts = [], [], [], []
                 with pa.OSFile(temporary + ".arrow.tmp", "wb") as sink, ipc.new_file(sink, schema) as writer:
                     for group in range(parquet.num_row_groups):
                         rows = parquet.read_row_group(group)
@@ -129,10 +130,11 @@ class LocalCopies:
                         lows.append(np.minimum.reduceat(np.where(missing, _INT64.max, values), starts))
                         highs.append(np.maximum.reduceat(np.where(missing, _INT64.min, values), starts))
                         nulls.append(np.add.reduceat(missing.astype(np.int64), starts))
+                        counts.append(np.diff(np.append(starts, rows.num_rows)))
                         for batch in rows.combine_chunks().to_batches(max_chunksize=self.batch_rows):
                             writer.write_batch(batch)
-            bounds = np.stack([np.concatenate(part) if part else np.empty(0, np.int64)
-                               for part in (lows, highs, nulls)])
+            bounds = np.stack([np.concatenate(part).astype(np.int64) if part else np.empty(0, np.int64)
+                               for part in (lows, highs, nulls, counts)])
             with open(temporary + ".npy.tmp", "wb") as out:
                 np.save(out, bounds)
             os.replace(temporary + ".npy.tmp", target + ".bounds.npy")
@@ -152,7 +154,7 @@ class LocalCopies:
         if target is None:
             return None
         try:
-            lows, highs, null_counts = self._bounds_of(target)
+            lows, highs, null_counts = self._bounds_of(target)[:3]
             admitted = np.zeros(len(lows), dtype=bool)
             if len(keys):
                 at = np.searchsorted(keys, lows, side="left")
@@ -174,6 +176,23 @@ class LocalCopies:
             self._drop(target)
             return None
 
+    def certain_rows(self, path: str, fragment, key: str, keys: np.ndarray) -> int:
+        """How many of the file's rows surely hold one of `keys` (sorted int64): those of its
+        batches whose bounds are one of them, low and high (0 where that is not known: no copy,
+        or one made before the copies counted their batches' rows)."""
+        target = self.make(path, fragment, key)
+        if target is None or not len(keys):
+            return 0
+        try:
+            bounds = self._bounds_of(target)
+        except (OSError, ValueError):
+            return 0
+        if bounds.shape[0] < 4:
+            return 0
+        lows, highs, null_counts, counts = bounds
+        at = np.minimum(np.searchsorted(keys, lows), len(keys) - 1)
+        return int(counts[(lows == highs) & (keys[at] == lows) & (null_counts == 0)].sum())
+
     def _bounds_of(self, target: str) -> np.ndarray:
         with self._guard:
             found = self._bounds.get(target)
@@ -181,7 +200,7 @@ class LocalCopies:
                 self._bounds.move_to_end(target)
                 return found
         bounds = np.load(target + ".bounds.npy", allow_pickle=False)
-        if bounds.ndim != 2 or bounds.shape[0] != 3 or bounds.dtype != np.int64:
+        if bounds.ndim != 2 or bounds.shape[0] not in (3, 4) or bounds.dtype != np.int64:
             raise ValueError(f"bounds of shape {bounds.shape} and type {bounds.dtype}")
         with self._guard:
             self._bounds[target] = bounds

@@ -448,10 +448,11 @@ class SharedReads:
             if nulls:
                 condition = condition | ds.field(target.name).is_null()
             if copied:
-                found, copied, _ = self.arrangements.rows_of(path, dataset, columns, target.name, values, nulls, condition)
+                found, copied, _ = self.arrangements.rows_of(path, dataset, columns, target.name, values, nulls,
+                                                             condition, self.key_rows)
                 log.debug("read %s version %d for %d values of %s: %d files from local copies", path, version,
                           len(keys), field, copied)
-                return found if found.num_rows <= self.key_rows else None
+                return found if found is not None and found.num_rows <= self.key_rows else None
             batches, rows = [], 0
             for batch in dataset.scanner(columns=columns, filter=condition).to_batches():
                 rows += batch.num_rows

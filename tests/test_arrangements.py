@@ -189,6 +189,10 @@ def test_a_build_sorts_the_input_by_its_key_into_disjoint_ranges(spark, warehous
             wanted = [r for r in rows if r[0] in keys or (keys == [0, 7] and r[0] is None)]
             assert Counter(zip(found.column("k").to_pylist(), found.column("v").to_pylist())) == Counter(wanted), \
                 (name, keys)
+        every = pa.array(range(-500, 500), pa.int32())  # more rows than a limit below them: refused
+        assert reader.read(source, 2, "k", every, False, ["k", "v"], None, len(rows) // 2) is None, name
+        assert reader.read(source, 2, "k", every, False, ["k", "v"], None, len(rows)).num_rows \
+            == sum(r[0] is not None for r in rows), name
         served = reader.take_served()[(source, "k")]
         assert (served["copied_files"] > 0) == (name == "copies"), (name, served)
         assert (served["row_groups"] > 0) == (name != "copies"), (name, served)

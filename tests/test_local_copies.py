@@ -56,6 +56,7 @@ def _read(copies, path, fragment, table, wanted: list, nulls: bool):
 @given(keys=KEYS, wanted=st.lists(st.integers(-45, 45), max_size=20), nulls=st.booleans(),
        batch_rows=st.sampled_from([1, 3, 16, 40, 256]), ordered=st.booleans())
 def test_a_copy_serves_exactly_the_rows_of_its_keys(tmp_path_factory, keys, wanted, nulls, batch_rows, ordered, date):
+    """And the rows its bounds show to hold the keys (`certain_rows`) are never more than do."""
     folder = str(tmp_path_factory.mktemp("copies"))
     path, fragment, table = _file(folder, keys, date, ordered)
     if date:
@@ -68,6 +69,19 @@ def test_a_copy_serves_exactly_the_rows_of_its_keys(tmp_path_factory, keys, want
     assert _read(copies, path, fragment, table, wanted, nulls) == expected
     assert _read(LocalCopies(copies.directory, batch_rows=batch_rows), path, fragment, table, wanted, nulls) \
         == expected  # a second process reads the copy the first made
+    values = pa.array(wanted, table.schema.field("K").type)
+    holding = ds.dataset(path, format="parquet").to_table(filter=ds.field("K").isin(values)).num_rows
+    certain = copies.certain_rows(path, fragment, "k", np.sort(_as_integers(values)))
+    assert certain <= holding  # a lower bound: a read is refused only when it surely holds more rows
+
+
+def test_rows_are_certain_where_a_batch_holds_one_wanted_key_only(tmp_path):
+    path, fragment, _ = _file(str(tmp_path), [5] * 100 + [7] * 100 + [None] * 20, date=False)
+    copies = LocalCopies(str(tmp_path / "copies"), batch_rows=16)
+    # batches of 16 rows: batch 6 (rows 96-111) holds both keys, batch 12 (rows 192-207) 7 and NULL
+    assert copies.certain_rows(path, fragment, "k", np.array([5], np.int64)) == 96
+    assert copies.certain_rows(path, fragment, "k", np.array([5, 7], np.int64)) == 96 + 80
+    assert copies.certain_rows(path, fragment, "k", np.array([6], np.int64)) == 0
 
 
 def test_a_damaged_copy_is_dropped_and_made_again(tmp_path, caplog):
