@@ -34,15 +34,13 @@ from dagster import (
     HourlyPartitionsDefinition,
     MaterializeResult,
     MetadataValue,
-    TableColumn,
-    TableColumnConstraints,
-    TableSchema,
     TimeWindowPartitionMapping,
     TimeWindowPartitionsDefinition,
     asset,
 )
 from pydantic import Field
 
+from assets.lineage import definition_metadata, engine_metadata
 from assets.partitions import (
     ALREADY_APPLIED,
     PartitionOutcome,
@@ -121,25 +119,12 @@ def describe(spec: TableSpec, explain: str | None, sources_start: datetime | Non
 
 # ---- metadata -------------------------------------------------------------------------------
 
-def column_schema(engine, spec: TableSpec) -> TableSchema:
-    table = engine.table(spec.name)
-    engine_key = {table.schema.fields[i].name for i in table.key} if table.key else set()
-    declared = set(spec.key or ())
-    columns = []
-    for f in table.schema.fields:
-        notes = [n for n, on in (("declared key", f.name in declared), ("merge key", f.name in engine_key)) if on]
-        columns.append(TableColumn(
-            name=f.name, type=f.dataType.simpleString(), description=", ".join(notes) or None,
-            constraints=TableColumnConstraints(nullable=f.nullable),
-        ))
-    return TableSchema(columns=columns)
-
-
-def materialization_metadata(engine, spec: TableSpec, outcome: PartitionOutcome, schema: TableSchema) -> dict:
+def materialization_metadata(engine, spec: TableSpec, outcome: PartitionOutcome, columns: dict) -> dict:
     """What one partition's materialization records. The epoch's figures (rows, seconds, phases,
     versions read) only on the partition that carries them (`PartitionOutcome.carries_figures`),
     so summing a column over partitions counts each epoch's work once; the row count only where
-    the table has a version as of the partition's end."""
+    the table has a version as of the partition's end. `columns`: the column schema and lineage
+    (assets/lineage.py's `engine_metadata`), on every partition."""
     step = outcome.step
     first, last, count = outcome.span
     metadata = {
@@ -154,7 +139,7 @@ def materialization_metadata(engine, spec: TableSpec, outcome: PartitionOutcome,
         "figures_on": _figures_on(outcome),
         "source_versions_at_end": MetadataValue.json(outcome.source_versions),
         "ledger_seq": step.seq,
-        "dagster/column_schema": schema,
+        **columns,
         "dagster/uri": MetadataValue.path(engine.table(spec.name).path),
     }
     if outcome.carries_figures:
@@ -272,8 +257,9 @@ def table_check_result(key: AssetKey, outcome: ExpectationOutcome, partition: st
 # ---- the asset --------------------------------------------------------------------------------
 
 def derived_asset(spec: TableSpec, specs: Mapping[str, TableSpec], explain_root: str | None = None,
-                  sources_start: datetime | None = None) -> AssetsDefinition:
-    """The asset of one derived table."""
+                  sources_start: datetime | None = None, columns: dict | None = None) -> AssetsDefinition:
+    """The asset of one derived table. `columns`: its column schema and lineage as known at
+    definition time (assets/lineage.py's `definition_metadata`)."""
     key = AssetKey(spec.name)
     partitions_def = partitions_for(spec)
     period = _period(spec)
@@ -295,7 +281,7 @@ def derived_asset(spec: TableSpec, specs: Mapping[str, TableSpec], explain_root:
         row_checks = [RowCheck(e) for e in spec.row_expectations if e.name in selected]
         table_checks = [e for e in spec.table_expectations if e.name in selected]
         engine = epochal.define(chain)
-        schema = column_schema(engine, spec)
+        columns = engine_metadata(engine, spec)
         windows = [Window(p, w.start, w.end) for p in context.partition_keys
                    for w in [partitions_def.time_window_for_partition_key(p)]]
         try:
@@ -316,7 +302,7 @@ def derived_asset(spec: TableSpec, specs: Mapping[str, TableSpec], explain_root:
             try:
                 applied = apply_segment(engine, spec.name, segment, full_refresh=config.full_refresh and index == 0)
             except Exception as error:
-                yield from _record_and_fail(context, engine, spec, schema, outcomes, row_checks,
+                yield from _record_and_fail(context, engine, spec, columns, outcomes, row_checks,
                                             error, f"partition {label} failed")
                 return
             outcomes += applied
@@ -326,10 +312,10 @@ def derived_asset(spec: TableSpec, specs: Mapping[str, TableSpec], explain_root:
                 rest = segments[index + 1:]
                 why = (f"blocking check {', '.join(failed)} failed on the rows partition {label} inserted; "
                        f"partitions {rest[0][0].key} .. {rest[-1][-1].key} were not applied")
-                yield from _record_and_fail(context, engine, spec, schema, outcomes, row_checks, None, why)
+                yield from _record_and_fail(context, engine, spec, columns, outcomes, row_checks, None, why)
                 return
         for outcome in outcomes:
-            context.add_asset_metadata(materialization_metadata(engine, spec, outcome, schema),
+            context.add_asset_metadata(materialization_metadata(engine, spec, outcome, columns),
                                        partition_key=outcome.partition)
         results = [check.result(key) for check in row_checks]
         if table_checks:
@@ -358,6 +344,7 @@ def derived_asset(spec: TableSpec, specs: Mapping[str, TableSpec], explain_root:
                 "partitioning": spec.partitioning,
                 "strict": spec.strict,
                 **({"declared_key": ", ".join(spec.key)} if spec.key else {}),
+                **(columns or {}),
             },
         )(materialize)
 
@@ -383,14 +370,14 @@ def _validate_rows(engine, great_expectations, outcome: PartitionOutcome, label:
             if not check.add(label, partitions, result)]
 
 
-def _record_and_fail(context, engine, spec, schema, outcomes, row_checks, error, why):
+def _record_and_fail(context, engine, spec, columns, outcomes, row_checks, error, why):
     """A range stopped early: record the partitions that were applied (one materialization each,
     as in a successful run), the row-level check results so far, then fail the step, saying which
     partitions were applied and how to continue."""
     key = AssetKey(spec.name)
     for outcome in outcomes:
         yield AssetMaterialization(asset_key=key, partition=outcome.partition,
-                                   metadata=materialization_metadata(engine, spec, outcome, schema))
+                                   metadata=materialization_metadata(engine, spec, outcome, columns))
     for check in row_checks:
         if check.epochs:
             yield check.result(key)
@@ -408,4 +395,5 @@ def _record_and_fail(context, engine, spec, schema, outcomes, row_checks, error,
 
 def build_derived_assets(specs: Mapping[str, TableSpec], explain_root: str | None = None,
                          sources_start: datetime | None = None) -> list[AssetsDefinition]:
-    return [derived_asset(spec, specs, explain_root, sources_start) for spec in specs.values()]
+    columns = definition_metadata(specs, explain_root)
+    return [derived_asset(spec, specs, explain_root, sources_start, columns[spec.name]) for spec in specs.values()]

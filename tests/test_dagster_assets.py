@@ -173,6 +173,12 @@ def test_partitions_apply_in_order_and_equal_the_recompute(setup):
     assert metadata["dagster/row_count"] == engine.read("open_orders").count()
     assert [c.name for c in metadata["dagster/column_schema"].columns] == [
         "o_orderkey", "o_custkey", "o_totalprice", "o_orderdate"]
+    assert {column: [(d.asset_key.to_user_string(), d.column_name) for d in deps] for column, deps in
+            metadata["dagster/column_lineage"].deps_by_column.items()} == {
+        c: [("orders", c)] for c in ("o_orderkey", "o_custkey", "o_totalprice", "o_orderdate")}
+    by_year = events[("open_by_year", PARTITIONS[1])]["dagster/column_lineage"].deps_by_column
+    assert {c: [(d.asset_key.to_user_string(), d.column_name) for d in deps] for c, deps in by_year.items()} == {
+        "order_year": [("open_orders", "o_orderdate")], "revenue": [("open_orders", "o_totalprice")]}
     assert metadata["summary"].startswith(f"Partition {PARTITIONS[1]} (window 2026-01-01 01:00–02:00 UTC) "
                                           "of open_orders, applied as its own epoch: incremental")
     assert metadata["epoch_span"] == f"{PARTITIONS[1]} .. {PARTITIONS[1]} (1 partition)"
