@@ -11,6 +11,7 @@ from typing import Callable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
+from . import settings
 from .shared_reads import SharedReads
 from .graph import Node, Scan, walk
 from .metrics import Meter
@@ -93,10 +94,10 @@ class Context:
         step: the driver's computations must type their columns as Spark would."""
         return tuple(self.spark.conf.get(name, None) for name in TYPING_CONFS)
 
-    @property
-    def allows_precision_loss(self) -> bool:
-        """spark.sql.decimalOperations.allowPrecisionLoss (Spark's default: true)."""
-        return (self.typing_confs[1] or "true").strip().lower() == "true"
+    @cached_property
+    def ansi(self) -> bool:
+        """Whether the step's session has ANSI mode on (an overflow is an error, not a NULL)."""
+        return settings.ansi(self.spark)
 
     def read_changes(self) -> int:
         """Read every changed scan's change batch once and count it (on the driver where the

@@ -50,10 +50,23 @@ def sum_type(input_type: DataType) -> DataType | None:
 
 
 def _summable(input_type: DataType) -> bool:
-    """Whether Spark's `arg * weight` (a BIGINT weight) keeps the arg's values exactly."""
-    if isinstance(input_type, DecimalType):  # DECIMAL(p, s) * DECIMAL(20, 0): loses scale past 38 digits
-        return input_type.precision + 21 <= 38 or input_type.scale <= 6
-    return isinstance(input_type, (IntegralType, DoubleType, FloatType))
+    """Whether Python sums the type as Spark does: exactly for integers and decimals of any
+    width (a weight is a count of copies, never a rounding), as doubles for floating point."""
+    return isinstance(input_type, (IntegralType, DoubleType, FloatType, DecimalType))
+
+
+def weighs_exactly(input_type: DecimalType) -> bool:
+    """Whether Spark's DECIMAL(p,s) * BIGINT (typed DECIMAL(p+21, s), its scale cut to at least 6
+    past 38 digits) holds every product exactly."""
+    return input_type.precision + 21 <= 38 or input_type.scale <= 6
+
+
+def adds_exactly(total_type: DataType) -> bool:
+    """Whether Spark's `+` of two values of `total_type` (a sum's type) keeps every digit: a
+    DECIMAL(38,s) plus another is typed DECIMAL(38, max(s-1, min(s, 6))) and rounded."""
+    if not isinstance(total_type, DecimalType):
+        return True
+    return total_type.precision < 38 or total_type.scale <= 6
 
 
 def _ordered(input_type: DataType) -> bool:
@@ -258,6 +271,9 @@ def touched_rows(node: Aggregate, change: pa.Table, old: dict[tuple, dict], inpu
                     after = recomputed[key][column] if neg else \
                         _pick(column, extremes, [v for v in (before, group[column]) if v is not None])
                 else:
+                    if column.endswith("__s") and before is None and state is not None and \
+                            (state.get(column[:-len("__s")] + "__n") or 0) > 0:
+                        raise _Unsupported(f"{column} overflowed its type")  # Spark's path refuses the step
                     zero = decimal.Decimal(0) if isinstance(types[column], DecimalType) else 0
                     after = _add(before if before is not None else zero,
                                  group[column] if group[column] is not None else zero)
@@ -326,57 +342,27 @@ def latest_table(data: pa.Table, keys: list[str], seq: str, delete_flag: str) ->
     return latest.drop_columns([names[seq.lower()], names[delete_flag.lower()]])
 
 
-MAX_PRECISION, MINIMUM_ADJUSTED_SCALE, QUOTIENT_SCALE = 38, 6, 39
-
-
-def division_type(p1: int, s1: int, p2: int, s2: int, allow_precision_loss: bool) -> tuple[int, int]:
-    """(precision, scale) of Spark's decimal(p1,s1) / decimal(p2,s2) (Divide.resultDecimalType)."""
-    if allow_precision_loss:
-        scale = max(MINIMUM_ADJUSTED_SCALE, s1 + p2 + 1)
-        precision = p1 - s1 + s2 + scale
-        if precision <= MAX_PRECISION:
-            return precision, scale
-        return MAX_PRECISION, max(MAX_PRECISION - (precision - scale), min(scale, MINIMUM_ADJUSTED_SCALE))
-    integral = min(MAX_PRECISION, p1 - s1 + s2)
-    fraction = min(MAX_PRECISION, max(MINIMUM_ADJUSTED_SCALE, s1 + p2 + 1))
-    excess = integral + fraction - MAX_PRECISION
-    if excess > 0:
-        fraction -= excess // 2 + 1
-        integral = MAX_PRECISION - fraction
-    return min(MAX_PRECISION, integral + fraction), min(MAX_PRECISION, fraction)
-
-
-def _rounded(value: decimal.Decimal, precision: int, scale: int) -> decimal.Decimal:
-    """`value` rounded half-up to `scale` places (Decimal.toPrecision, a cast); _Unsupported where it
-    does not fit `precision` digits (ANSI raises, legacy mode gives NULL: Spark's to say)."""
-    fitted = value.quantize(decimal.Decimal(1).scaleb(-scale), rounding=decimal.ROUND_HALF_UP, context=EXACT)
-    if fitted.adjusted() >= precision - scale:
-        raise _Unsupported
+def decimal_average(total: decimal.Decimal, count: int, result: DecimalType) -> decimal.Decimal:
+    """AVG of a decimal as Spark's Average evaluates it from its buffer (DecimalDivideWithOverflowCheck):
+    the sum divided by the count (Decimal division, 39 significant digits cut), rounded half-up to
+    the average's type, DECIMAL(p + 4, s + 4). The half-up rounding of the cut quotient is that of
+    the exact one (the cut never reaches the rounding digit), so Python divides exactly here.
+    _Unsupported where the average does not fit its precision (NULL, or ANSI's error: Spark's to say).
+    Not the expression `sum / CAST(count AS DECIMAL(20,0))`: Spark types that division by its
+    precision rules, which for a DECIMAL(38,10) sum keep 10 places of the 14, and round twice."""
+    quotient = decimal.Context(prec=120, rounding=decimal.ROUND_DOWN).divide(total, decimal.Decimal(count))
+    fitted = quotient.quantize(decimal.Decimal(1).scaleb(-result.scale), rounding=decimal.ROUND_HALF_UP, context=EXACT)
+    if fitted.adjusted() >= result.precision - result.scale:
+        raise _Unsupported(f"{fitted} as {result}")
     return fitted
 
 
-def decimal_average(total: decimal.Decimal, count: int, sum_precision: int, sum_scale: int,
-                    result: DecimalType, allow_precision_loss: bool) -> decimal.Decimal:
-    """AVG of a decimal as rules.aggregate._average has Spark compute it from the state: the sum
-    (of its sum type) divided by the count as DECIMAL(20,0) (Spark's Decimal division: the
-    quotient cut to 39 places, then rounded half-up to the division's type), then cast half-up to
-    the average's type. Both roundings are Spark's: one half-up rounding of the exact quotient
-    can differ from the two."""
-    precision, scale = division_type(sum_precision, sum_scale, 20, 0, allow_precision_loss)
-    cut = decimal.Context(prec=100, rounding=decimal.ROUND_DOWN)  # 100 digits: past any quotient's 39 places
-    quotient = cut.divide(total, decimal.Decimal(count)).quantize(
-        decimal.Decimal(1).scaleb(-QUOTIENT_SCALE), rounding=decimal.ROUND_DOWN, context=cut)
-    return _rounded(_rounded(quotient, precision, scale), result.precision, result.scale)
-
-
-def finalized_rows(node: Aggregate, touched: pa.Table, schema: StructType,
-                   allow_precision_loss: bool = True) -> pa.Table | None:
+def finalized_rows(node: Aggregate, touched: pa.Table, schema: StructType) -> pa.Table | None:
     """AggregateRule.delta over touched groups (touched_rows' columns) in Arrow: per group
     -finalize(old state) where it existed, +finalize(new state) where it exists, with `schema`
     (the keys, the aggregates' visible types, WEIGHT). COUNT, SUM, MIN and MAX are read off the
-    state; AVG of doubles as Spark divides them (IEEE, as Python does), of decimals with Spark's
-    decimal division and roundings (decimal_average; `allow_precision_loss` is the session's
-    spark.sql.decimalOperations.allowPrecisionLoss); another function is Spark's (None)."""
+    state; AVG of doubles as Spark divides them (IEEE, as Python does), of decimals as Spark's
+    Average does (decimal_average); another function is Spark's (None)."""
     from .rules.aggregate import COUNT
 
     def average(agg, total: list, count: list) -> list:
@@ -385,11 +371,9 @@ def finalized_rows(node: Aggregate, touched: pa.Table, schema: StructType,
             if any(isinstance(t, decimal.Decimal) for t in total):
                 raise _Unsupported
             return [None if not n else float(t) / float(n) for t, n in zip(total, count)]
-        sum_arrow = touched.column(f"o__{agg.name}__s").type
-        if not isinstance(result, DecimalType) or not pa.types.is_decimal128(sum_arrow):
+        if not isinstance(result, DecimalType):
             raise _Unsupported
-        return [None if not n else decimal_average(t, n, sum_arrow.precision, sum_arrow.scale, result,
-                                                    allow_precision_loss) for t, n in zip(total, count)]
+        return [None if not n else decimal_average(t, n, result) for t, n in zip(total, count)]
 
     def visible(prefix: str) -> list | None:
         columns = []

@@ -26,7 +26,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
 from . import epoch as protocol
-from . import faults
+from . import faults, settings
 from .arrangements import ARRANGE_ROWS, Arrangements
 from .changes import read_snapshot
 from .clock import clock_named
@@ -442,6 +442,7 @@ class Engine:
                 for name in ready:
                     pending.remove(name)
                     session = self.spark.newSession()
+                    settings.copy(self.spark, session)  # a new session starts from Spark's defaults
                     for key, value in confs.items():
                         session.conf.set(key, value)
                     view = _SessionView(self, session, reads)

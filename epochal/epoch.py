@@ -33,7 +33,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType
 
 from .changes import consolidate, consolidate_rows, quoted, read_snapshot, rows_up_to
-from . import cost, faults, rescan
+from . import cost, faults, rescan, settings
 from .context import Context, InputRange
 from .deltalog import DeltaLog, TableFiles
 from .errors import EpochError, StateInconsistent, StrictModeError
@@ -146,6 +146,10 @@ def _decide(table, last: Step | None, inputs: dict[str, InputRange], full_refres
         return RESCAN, "QUERY_CHANGED"
     if full_refresh:
         return RESCAN, "REQUESTED"
+    if engine is not None:
+        changed = settings.difference((last.detail or {}).get("settings"), settings.current(engine.spark))
+        if changed is not None:
+            return RESCAN, f"{settings.SETTINGS_CHANGED}: {changed}"
     if not any(r.changed for r in inputs.values()):
         return NOOP, ""
     if table.compiled.plan is None:
@@ -198,7 +202,7 @@ def run(engine, table, epoch: Epoch, *, full_refresh: bool = False) -> Report:
         output_version=last.output_version if last else -1,
         state_versions=dict(last.state_versions) if last else {},
         run_id=engine.run_id,
-        detail={"plan": rescan.plan_signature(table.compiled.plan),
+        detail={"plan": rescan.plan_signature(table.compiled.plan), "settings": settings.current(engine.spark),
                 **({"state": rescan.STATE_NOT_KEPT} if technique != RESCAN and last is not None and not _keeps_state(last)
                    else {})},
     )
@@ -270,7 +274,7 @@ def _execute(engine, table, epoch: Epoch, step: Step, began: float) -> Report:
     for attempt in range(CONCURRENT_RETRIES + 1):
         try:
             return _compute_and_write(engine, table, epoch, step, began)
-        except (StateInconsistent, StateMissing, rescan.Unreadable, rescan.Costly) as problem:
+        except (StateInconsistent, StateMissing, rescan.Unreadable, rescan.Costly, rescan.NotExact) as problem:
             done = _committed(table, step)
             if done is not None:  # a concurrent run finished the step (and moved the state on)
                 return _report(table, done, time.monotonic() - began, note="applied by a concurrent run")
@@ -565,8 +569,8 @@ def _collect_small(change: DataFrame | None, state: StateStore, limit: int,
                 return None
             states[id(write)] = write.held
             continue
-        flagged = write.frame.select("*", *[F.expr(condition).alias(f"__bad{i}")
-                                            for i, (_, condition) in enumerate(write.checks)])
+        flagged = write.frame.select("*", *[F.expr(check[1]).alias(f"__bad{i}")
+                                            for i, check in enumerate(write.checks)])
         collected = rows_up_to(flagged, limit)
         if collected is None:
             return None
@@ -580,9 +584,9 @@ def _figures_on_driver(collected: Collected, state: StateStore) -> tuple[int, in
         rows = collected.states.get(id(write))
         if rows is None:
             continue
-        for i, (problem, _) in enumerate(write.checks):
+        for i, check in enumerate(write.checks):
             if pc.any(pc.fill_null(rows.column(f"__bad{i}"), False)).as_py():
-                raise StateInconsistent(problem)
+                raise _failed(check)
         write.rows = rows.num_rows
         write.arrow = rows.drop_columns([f"__bad{i}" for i in range(len(write.checks))])
     kept = [write for write in state.writes if write.mode != "merge" or write.rows]
@@ -592,6 +596,14 @@ def _figures_on_driver(collected: Collected, state: StateStore) -> tuple[int, in
     inserted = pc.sum(pc.if_else(pc.greater(weight, 0), weight, 0)).as_py() or 0
     deleted = -(pc.sum(pc.if_else(pc.less(weight, 0), weight, 0)).as_py() or 0)
     return int(inserted), int(deleted), kept
+
+
+def _failed(check: tuple) -> Exception:
+    """The error of a failed state check: (problem, condition) is a state inconsistency,
+    (problem, condition, code) a refusal with the rescan reason `code` (rescan.NOT_EXACT)."""
+    if len(check) > 2:
+        return rescan.NotExact(rescan.Trigger(check[2], check[0]))
+    return StateInconsistent(check[0])
 
 
 def _figures_and_checks(change: DataFrame | None, state: StateStore) -> tuple[int, int, list]:
@@ -608,16 +620,16 @@ def _figures_and_checks(change: DataFrame | None, state: StateStore) -> tuple[in
     for n, write in enumerate(merges):
         parts.append(write.frame.agg(
             F.count(F.lit(1)).alias(f"rows{n}"),
-            *[F.sum(F.when(F.expr(condition), 1).otherwise(0)).alias(f"bad{n}_{i}")
-              for i, (_, condition) in enumerate(write.checks)],
+            *[F.sum(F.when(F.expr(check[1]), 1).otherwise(0)).alias(f"bad{n}_{i}")
+              for i, check in enumerate(write.checks)],
         ))
     if not parts:
         return 0, 0, list(state.writes)
     figures = reduce(lambda a, b: a.crossJoin(b), parts).first().asDict()
     for n, write in enumerate(merges):
-        for i, (problem, _) in enumerate(write.checks):
+        for i, check in enumerate(write.checks):
             if figures[f"bad{n}_{i}"]:
-                raise StateInconsistent(problem)
+                raise _failed(check)
     for n, write in enumerate(merges):
         write.rows = int(figures[f"rows{n}"])
     empty = {id(write) for write in merges if not write.rows}

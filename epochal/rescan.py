@@ -43,6 +43,7 @@ CDF_UNAVAILABLE = "CDF_UNAVAILABLE"
 SOURCE_REWRITTEN = "SOURCE_REWRITTEN"
 STATE_MISSING = "STATE_MISSING"
 COST = "COST"
+NOT_EXACT = "NOT_EXACT"
 # detail["state"] of a rescan for COST, which writes the output only, and of the steps after it
 # until one rebuilds the state (epoch._weigh)
 STATE_NOT_KEPT = "not kept"
@@ -284,6 +285,16 @@ def _seen_change(engine, table, rng, log: DeltaLog, reads, change: str) -> Trigg
 class Unreadable(EpochError):
     """Delta refused to read an input range (one of CDF_ERRORS) while a step computed its change:
     the step is rescanned for `trigger`, or refused when the table is strict."""
+
+    def __init__(self, trigger: Trigger):
+        super().__init__(trigger.reason)
+        self.trigger = trigger
+
+
+class NotExact(EpochError):
+    """A step's arithmetic would not give what the recompute gives (a running sum that overflowed
+    its type, so the state no longer holds the sum): refused before anything is written, and the
+    step is rescanned for `trigger` (or refused, when the table is strict)."""
 
     def __init__(self, trigger: Trigger):
         super().__init__(trigger.reason)

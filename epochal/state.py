@@ -35,14 +35,15 @@ class StateMissing(EpochError):
 
 @dataclass
 class StateWrite:
-    """A queued write. `checks` are (what would be wrong, SQL condition): a row of `frame`
-    satisfying a condition means the state disagrees with the change (a count below zero)."""
+    """A queued write. `checks` are (what would be wrong, SQL condition[, rescan reason code]): a
+    row of `frame` satisfying a condition means the state disagrees with the change (a count below
+    zero), or, with a reason code, that the step cannot be exact (a sum past its type)."""
 
     name: str
     frame: DataFrame
     keys: tuple[str, ...] = ()
     mode: str = "merge"  # "merge": upsert rows, delete rows with DELETE_FLAG; "overwrite": replace
-    checks: tuple[tuple[str, str], ...] = ()
+    checks: tuple[tuple[str, ...], ...] = ()
     rows: int | None = None  # counted before writing (merges only)
     arrow: object | None = None  # the rows as a pyarrow Table, when collected to the driver
     held: object | None = None  # the rows and one `__bad<i>` flag per check, computed on the driver

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from pyspark.sql import functions as F
 from pyspark.sql.types import DecimalType, DoubleType, LongType
 
-from epochal.driver_aggregates import (_summable, _Unsupported, decimal_average, distinct_transitions, division_type,
-                                       state_types, sum_type, touched_rows, use_count_changes)
+from epochal.driver_aggregates import (_Unsupported, adds_exactly, decimal_average, distinct_transitions, state_types,
+                                       sum_type, touched_rows, use_count_changes, weighs_exactly)
 from epochal.graph import WEIGHT, AggCall, Aggregate, Scan
 from tests import support  # noqa: F401 - imported while the Delta JAR it reads is there (conftest summary)
 
@@ -28,74 +28,60 @@ def test_the_sum_type_is_sparks(spark, type_name):
     assert sum_type(frame.schema["x"].dataType) == frame.select(F.sum("x")).schema[0].dataType
 
 
-def test_a_decimal_whose_product_with_the_weight_loses_scale_is_left_to_spark():
-    assert _summable(DecimalType(15, 2)) and _summable(DecimalType(38, 6))
-    assert not _summable(DecimalType(20, 10))  # DECIMAL(20,10) * DECIMAL(20,0) rounds to 7 places
+@pytest.mark.parametrize("precision,scale", [(15, 2), (17, 10), (18, 7), (20, 10), (28, 7), (38, 6), (38, 10), (38, 18)])
+def test_the_exactness_predicates_read_sparks_own_types(spark, precision, scale):
+    """weighs_exactly and adds_exactly against the types Spark gives the product with a BIGINT
+    weight and the sum of two sums: exact where, and only where, the scale is kept."""
+    frame = spark.createDataFrame([], f"x decimal({precision},{scale}), w bigint")
+    product = frame.select((F.col("x") * F.col("w")).alias("p")).schema[0].dataType
+    assert weighs_exactly(DecimalType(precision, scale)) == (product.scale == scale)
+    total = sum_type(DecimalType(precision, scale))
+    summed = frame.select(F.sum("x").alias("s")).select((F.col("s") + F.col("s")).alias("t")).schema[0].dataType
+    assert adds_exactly(total) == (summed.scale == total.scale)
 
 
-WIDE = Context(prec=100)  # the drawn sums exactly, however many digits
-ARGUMENT_TYPES = st.sampled_from([(15, 2), (12, 2), (10, 0), (38, 6), (20, 10), (5, 5), (34, 0), (38, 2)])
+WIDE = Context(prec=100)
+ARGUMENT_TYPES = st.sampled_from([(15, 2), (12, 2), (10, 0), (38, 6), (20, 10), (5, 5), (34, 0), (38, 2), (38, 10),
+                                  (38, 18), (30, 12)])
 
 
 @st.composite
-def _averaged(draw, precision: int, scale: int) -> tuple[Decimal, int]:
-    """(sum, count) of `count` values of decimal(precision, scale): their mean times the count plus
-    an offset of under the count, half of it included, so that quotients land on rounding edges."""
-    count = draw(st.sampled_from([1, 2, 3, 7, 8, 16, 400, 10**6 + 1]) | st.integers(1, 10**9))
-    mean = draw(st.integers(-(10**precision - 1), 10**precision - 1) | st.sampled_from([0, 1, -1, 10**precision - 1]))
-    offset = draw(st.sampled_from([0, count // 2, -(count // 2), count - 1, 1 - count]) | st.integers(1 - count, count - 1))
-    return Decimal(mean * count + offset).scaleb(-scale, context=WIDE), count
+def _groups(draw, precision: int, scale: int) -> list[list[Decimal]]:
+    """Groups of values of decimal(precision, scale), near its largest, smallest and zero, and
+    sizes whose averages do not end (3, 7) or end just past the average's scale."""
+    unit = Decimal(1).scaleb(-scale, context=WIDE)
+    largest = 10 ** precision - 1
+    value = (st.integers(-largest, largest) | st.sampled_from([0, 1, -1, largest, -largest, largest // 3])).map(
+        lambda n: WIDE.multiply(Decimal(n), unit))
+    return draw(st.lists(st.lists(value, min_size=1, max_size=9), min_size=1, max_size=6))
 
 
-@st.composite
-def _on_the_edge(draw, scale: int, division_scale: int, result_scale: int) -> tuple[Decimal, int]:
-    """(sum, count) whose quotient lies just under a half at the average's scale, so close that
-    the division's rounding (to `division_scale` places) lifts it onto the half: rounded twice,
-    as Spark does, it goes up; rounded once it would go down."""
-    step = 2 * 10 ** (result_scale - scale)
-    count = 10 ** max(0, division_scale - result_scale) + draw(st.sampled_from([1, 3, 7, 9, 11, 13]))
-    if count % 5 == 0 or count % 2 == 0:
-        count += 2
-    inverse = pow(count, -1, step) + step * draw(st.integers(0, 50))
-    return Decimal((count * inverse - 1) // step).scaleb(-scale, context=WIDE), count
-
-
-@settings(max_examples=12, deadline=None, derandomize=True)
-@given(data=st.data(), argument=ARGUMENT_TYPES, allow_precision_loss=st.booleans())
-def test_a_decimal_average_is_sparks_division_and_cast(spark, data, argument, allow_precision_loss):
-    """decimal_average against the expression rules.aggregate._average has Spark evaluate, with
-    either allowPrecisionLoss; where Spark raises (the quotient does not fit), the driver refuses."""
+@settings(max_examples=10, deadline=None)
+@given(data=st.data(), argument=ARGUMENT_TYPES)
+def test_a_decimal_average_is_sparks_average(spark, data, argument):
+    """decimal_average of a group's sum and count against Spark's own AVG of the group's rows
+    (ANSI off, so a sum or an average past its type is NULL there; the driver refuses those)."""
     precision, scale = argument
-    summed = sum_type(DecimalType(precision, scale))
+    groups = data.draw(_groups(precision, scale))
+    rows = [(g, v) for g, values in enumerate(groups) for v in values]
+    frame = spark.createDataFrame(rows, f"g int, v decimal({precision},{scale})")
     result = DecimalType(min(38, precision + 4), min(38, scale + 4))
-    _, division_scale = division_type(summed.precision, summed.scale, 20, 0, allow_precision_loss)
-    pairs = data.draw(st.lists(_averaged(precision, scale), min_size=1, max_size=12))
-    if result.scale - scale > 0 and division_scale > result.scale:
-        pairs += data.draw(st.lists(_on_the_edge(scale, division_scale, result.scale), min_size=1, max_size=4))
-    pairs = [(total, count) for total, count in pairs if total.adjusted() < summed.precision - summed.scale]
-    frame = spark.createDataFrame(pairs, f"t decimal({summed.precision},{summed.scale}), n bigint")
-    average = (F.col("t").cast(summed) / F.col("n").cast(DecimalType(20, 0))).cast(result)
-    conf = "spark.sql.decimalOperations.allowPrecisionLoss"
-    before = spark.conf.get(conf)
-    spark.conf.set(conf, str(allow_precision_loss).lower())
+    before = spark.conf.get("spark.sql.ansi.enabled")
+    spark.conf.set("spark.sql.ansi.enabled", "false")
     try:
-        for (total, count), row in zip(pairs, frame.select(average.alias("a")).collect()):
-            assert decimal_average(total, count, summed.precision, summed.scale, result,
-                                   allow_precision_loss) == row["a"], (total, count, argument)
-    except Exception as error:  # noqa: BLE001 - Spark raised for one pair (ANSI): each alone
-        if "pytest" in type(error).__module__ or isinstance(error, AssertionError):
-            raise
-        for total, count in pairs:
-            one = spark.createDataFrame([(total, count)], frame.schema).select(average.alias("a"))
-            try:
-                want = one.first()["a"]
-            except Exception:  # noqa: BLE001
-                with pytest.raises(_Unsupported):
-                    decimal_average(total, count, summed.precision, summed.scale, result, allow_precision_loss)
-                continue
-            assert decimal_average(total, count, summed.precision, summed.scale, result, allow_precision_loss) == want
+        want = {r["g"]: (r["a"], r["s"]) for r in frame.groupBy("g").agg(F.avg("v").alias("a"), F.sum("v").alias("s"))
+                .collect()}
     finally:
-        spark.conf.set(conf, before)
+        spark.conf.set("spark.sql.ansi.enabled", before)
+    for g, values in enumerate(groups):
+        average, total = want[g]
+        if total is None:  # the sum is past its type: the driver's _fit refuses it before averaging
+            continue
+        if average is None:
+            with pytest.raises(_Unsupported):
+                decimal_average(total, len(values), result)
+        else:
+            assert decimal_average(total, len(values), result) == average, (values, argument)
 
 
 def _node(*aggs: AggCall) -> Aggregate:

@@ -29,8 +29,9 @@ from ..graph import WEIGHT, Aggregate, AggCall, sql
 from ..shared_reads import lazy_frame
 from ..state import DELETE_FLAG
 from ..context import NEW, OLD
-from ..driver_aggregates import (distinct_transitions, finalized_rows, state_types, sum_type, touched_rows,
-                                 use_count_changes)
+from ..driver_aggregates import (adds_exactly, distinct_transitions, finalized_rows,
+                                 state_types, sum_type, touched_rows, use_count_changes, weighs_exactly)
+from ..rescan import NOT_EXACT
 from ..driver_joins import first_values, key_tuples, key_type, spark_typed
 from .base import Rule, analysed_schema
 from .restrict import restricted_snapshot
@@ -53,6 +54,28 @@ def _state_columns(agg: AggCall) -> list[str]:
     if agg.func in ("min", "max"):
         return [f"{agg.name}__m"]
     return [f"{agg.name}__v"]
+
+
+def decimal_average_udf(result: DecimalType, ansi: bool):
+    """A UDF of (sum, count) giving Spark's AVG of a decimal (driver_aggregates.decimal_average):
+    the exact quotient rounded half-up to `result`; past its precision NULL, or under ANSI mode
+    Spark's error. Defined in here so that it is pickled whole, with nothing to import."""
+    def average(total, count):
+        import decimal
+
+        if total is None or not count:
+            return None
+        quotient = decimal.Context(prec=120, rounding=decimal.ROUND_DOWN).divide(total, decimal.Decimal(count))
+        fitted = quotient.quantize(decimal.Decimal(1).scaleb(-result.scale), rounding=decimal.ROUND_HALF_UP,
+                                   context=decimal.Context(prec=120))
+        if fitted.adjusted() >= result.precision - result.scale:
+            if ansi:
+                raise ArithmeticError(f"[NUMERIC_VALUE_OUT_OF_RANGE] the average {fitted} does not fit "
+                                      f"DECIMAL({result.precision},{result.scale})")
+            return None
+        return fitted
+
+    return F.udf(average, result)
 
 
 def _needs_recompute(agg: AggCall) -> bool:
@@ -122,14 +145,15 @@ class AggregateRule(Rule):
         return out
 
     def _average(self, node, ctx, agg: AggCall, p):
-        """AVG as Spark computes it: sum / count, for decimals in the sum's type divided by a
-        DECIMAL(20,0) count and cast to the average's type, so results match a recompute exactly."""
+        """AVG as Spark's Average computes it from its sum and count. For decimals that is one
+        half-up rounding of the quotient to the average's type, which no Spark expression over the
+        two gives (its division is typed by the precision rules: for a DECIMAL(38,10) sum it keeps
+        10 places of the average's 14, and it rounds twice): Python's exact division, as a UDF."""
         total, count = p(f"{agg.name}__s"), p(f"{agg.name}__n")
         arg_type = self._input_type(node, ctx, agg.arg)
         if isinstance(arg_type, DecimalType):
-            sum_type = self._sum_type(node, ctx, agg)
             result = DecimalType(min(38, arg_type.precision + 4), min(38, arg_type.scale + 4))
-            return (total.cast(sum_type) / count.cast(DecimalType(20, 0))).cast(result)
+            return decimal_average_udf(result, ctx.ansi)(total, count)
         result_type = DoubleType() if isinstance(arg_type, (IntegralType, DoubleType, FloatType)) else \
             ctx.snapshot(node.input, NEW).select(F.avg(c(agg.arg))).schema[0].dataType
         return (total.cast(DoubleType()) / count.cast(DoubleType())).cast(result_type)
@@ -168,7 +192,32 @@ class AggregateRule(Rule):
                                     node.keys + (agg.arg,))
 
     # ---- incremental -----------------------------------------------------------------------
+    def _weighted(self, node: Aggregate, ctx, agg: AggCall):
+        """The column SUM adds for one change row: its value times its weight, exactly. Spark types
+        DECIMAL(p,s) * BIGINT as DECIMAL(p+21, s) and, past 38 digits with s > 6, rounds the product
+        to 6 places; there the change is first split into rows of weight 1 or -1 (_unit_weights),
+        and the weight is a sign."""
+        arg, weight = c(agg.arg), F.col(WEIGHT)
+        arg_type = self._input_type(node, ctx, agg.arg)
+        if isinstance(arg_type, DecimalType):
+            if weighs_exactly(arg_type):
+                return arg * weight
+            return F.when(weight > 0, arg).otherwise(-arg)
+        return arg.cast(self._sum_type(node, ctx, agg)) * weight  # FLOAT's product in DOUBLE, as SUM adds it
+
+    def _unit_weights(self, node: Aggregate, ctx, change: DataFrame) -> DataFrame:
+        """`change` with each row of weight w as |w| rows of weight sign(w), where a sum's product
+        with the weight would round (_weighted); else as it is."""
+        if not any(agg.func in ("sum", "avg") and not agg.distinct and
+                   isinstance(self._input_type(node, ctx, agg.arg), DecimalType) and
+                   not weighs_exactly(self._input_type(node, ctx, agg.arg)) for agg in node.aggs):
+            return change
+        weight = F.col(WEIGHT)
+        return change.withColumn(WEIGHT, F.explode(F.array_repeat(F.signum(weight).cast(LongType()),
+                                                                  F.abs(weight).cast("int"))))
+
     def _grouped_change(self, node: Aggregate, ctx, change: DataFrame) -> DataFrame:
+        change = self._unit_weights(node, ctx, change)
         weight = F.col(WEIGHT)
         parts = [F.sum(weight).alias(COUNT), F.max(F.when(weight < 0, 1).otherwise(0)).alias("__neg")]
         for agg in node.aggs:
@@ -176,7 +225,9 @@ class AggregateRule(Rule):
                 continue
             arg = c(agg.arg)
             if agg.func in ("sum", "avg"):
-                parts.append(F.sum(arg * weight).alias(f"{agg.name}__s"))
+                parts.append(F.sum(self._weighted(node, ctx, agg)).cast(self._sum_type(node, ctx, agg))
+                             .alias(f"{agg.name}__s"))
+                parts.append(F.count(arg).alias(f"{agg.name}__c"))  # values, so a NULL sum is an overflow
             if agg.func in ("sum", "avg", "count"):
                 parts.append(F.sum(F.when(arg.isNotNull(), weight).otherwise(0)).alias(f"{agg.name}__n"))
             if agg.func in ("min", "max"):
@@ -234,9 +285,13 @@ class AggregateRule(Rule):
         if rows is not None:  # the same rows and check, in Arrow
             count = rows.column("n__" + COUNT)
             gone = pc.less_equal(count, 0) if keys else pa.array([False] * rows.num_rows)
+            sums = [(f"{a.name}__n", f"{a.name}__s") for a in node.aggs if a.func in ("sum", "avg") and not a.distinct]
+            overflowed = [pc.fill_null(pc.and_(pc.greater(rows.column("n__" + n), 0), pc.is_null(rows.column("n__" + s))),
+                                       False) for n, s in sums]
             held = pa.Table.from_arrays(
                 [*[rows.column(k) for k in keys], *[rows.column("n__" + s) for s in state_columns], gone,
-                 pc.less(count, 0)], names=[*keys, *state_columns, DELETE_FLAG, "__bad0"])
+                 pc.less(count, 0), *overflowed],
+                names=[*keys, *state_columns, DELETE_FLAG, "__bad0", *[f"__bad{i + 1}" for i in range(len(sums))]])
         def new_state(frame: DataFrame) -> DataFrame:
             return frame.select(*[c(k) for k in keys], *[c("n__" + s).alias(s) for s in state_columns],
                                 (~exists).alias(DELETE_FLAG))
@@ -251,10 +306,19 @@ class AggregateRule(Rule):
             ctx.state_name(node),
             merged,
             tuple(keys),
-            checks=[(f"a group count below zero in {ctx.state_name(node)}", f"`{COUNT}` < 0")],
+            checks=[(f"a group count below zero in {ctx.state_name(node)}", f"`{COUNT}` < 0"),
+                    *self._overflow_checks(node, ctx)],
             held=held,
         )
         return touched
+
+    def _overflow_checks(self, node: Aggregate, ctx) -> list[tuple[str, str, str]]:
+        """Per SUM or AVG, a refusal where its running sum went past its type (NULL in the state
+        while the group has values): from then on the state cannot answer as the recompute would."""
+        return [(f"the running sum of {agg.name} ({agg.func}({agg.arg})) went past its type "
+                 f"{self._sum_type(node, ctx, agg).simpleString()} in {ctx.state_name(node)}",
+                 f"`{agg.name}__n` > 0 AND `{agg.name}__s` IS NULL", NOT_EXACT)
+                for agg in node.aggs if agg.func in ("sum", "avg") and not agg.distinct]
 
     def _touched_on_driver(self, node: Aggregate, ctx) -> DataFrame | None:
         """_compute_touched in Python (driver_aggregates.py) where the change is held exactly on
@@ -348,7 +412,8 @@ class AggregateRule(Rule):
                 grouped = grouped.drop(*["g__" + k for k in keys])
         old = ctx.state.read(ctx.state_name(node), keys, restrict=grouped)
         old = old.select(*[c(x).alias("o__" + x) for x in old.columns])
-        joined = grouped.join(old, null_safe_on(grouped, old, [(k, "o__" + k) for k in keys]), "left")
+        joined = self._exact_sums(node, ctx, grouped.join(old, null_safe_on(grouped, old, [(k, "o__" + k) for k in keys]),
+                                                          "left"))
 
         zero = F.lit(0).cast(LongType())
         new = [c(k) for k in keys]
@@ -362,9 +427,14 @@ class AggregateRule(Rule):
                     value = F.coalesce(old_value, zero) + F.coalesce(change_value, zero)
                 elif column.endswith("__s"):
                     sum_type = self._sum_type(node, ctx, agg)
-                    value = (
-                        F.coalesce(old_value, F.lit(0).cast(sum_type)) + F.coalesce(change_value, F.lit(0).cast(sum_type))
-                    ).cast(sum_type)
+                    overflowed = ((c(f"o__{agg.name}__n") > 0) & old_value.isNull()) | \
+                        ((c(f"{agg.name}__c") > 0) & change_value.isNull())  # a sum past its type: refused
+                    if adds_exactly(sum_type):
+                        value = (F.coalesce(old_value, F.lit(0).cast(sum_type)) +
+                                 F.coalesce(change_value, F.lit(0).cast(sum_type))).cast(sum_type)
+                    else:
+                        value = c(f"{agg.name}__x")
+                    value = F.when(overflowed, F.lit(None).cast(sum_type)).otherwise(value)
                 elif column.endswith("__m"):
                     fold = F.least if agg.func == "min" else F.greatest
                     value = F.when(c(f"{agg.name}__neg") == 1, F.lit(None)).otherwise(fold(old_value, change_value))
@@ -374,6 +444,25 @@ class AggregateRule(Rule):
         old_columns = [c("o__" + x) for x in [COUNT] + [s for a in node.aggs for s in _state_columns(a)]]
         touched = joined.select(*new, *old_columns, c("__neg"), *[c(f"{a.name}__neg") for a in node.aggs if a.func in ("min", "max")])
         return ctx.materialize(self._recompute(node, ctx, touched))
+
+    def _exact_sums(self, node: Aggregate, ctx, joined: DataFrame) -> DataFrame:
+        """`joined` (the change grouped, beside each group's old state) with `<agg>__x`, the old
+        sum plus the change's, for each sum whose type Spark's `+` would round (a DECIMAL(38,s)
+        with s > 6 plus another is typed DECIMAL(38,s-1)). SUM itself adds exactly in its own type,
+        so the two are added by SUM: each group's old and change sums as two rows, summed."""
+        wide = [agg for agg in node.aggs if agg.func in ("sum", "avg") and not agg.distinct and
+                not adds_exactly(self._sum_type(node, ctx, agg))]
+        if not wide:
+            return joined
+        keys = list(node.keys)
+        side = lambda prefix: F.struct(*[c(f"{prefix}{a.name}__s").alias(f"{a.name}__x") for a in wide])  # noqa: E731
+        pairs = joined.select(*[c(k).alias("x__" + k) for k in keys], F.inline(F.array(side("o__"), side(""))))
+        summed = pairs.groupBy(*[c("x__" + k) for k in keys]).agg(
+            *[F.sum(c(f"{a.name}__x")).cast(self._sum_type(node, ctx, a)).alias(f"{a.name}__x") for a in wide])
+        if not keys:
+            return joined.crossJoin(summed)
+        return joined.join(summed, null_safe_on(joined, summed, [(k, "x__" + k) for k in keys]), "left") \
+            .drop(*["x__" + k for k in keys])
 
     def _state_type(self, node, ctx, agg: AggCall, column: str) -> DataType:
         if column.endswith("__n"):
@@ -445,7 +534,7 @@ class AggregateRule(Rule):
                 aggregate = (tuple(keys), tuple(a.describe() for a in node.aggs),
                              self._input_schema(node, ctx).json())
                 schema = analysed_schema(ctx, ("aggregate change", aggregate), change_of, touched.schema)
-                finalized = finalized_rows(node, rows, schema, ctx.allows_precision_loss)
+                finalized = finalized_rows(node, rows, schema)
                 if finalized is not None:  # computed in Arrow: a local relation, no Spark plan
                     return ctx.on_driver(ctx.reads.local(ctx.spark, finalized, schema), finalized, exact=True)
             change = change_of(touched)
