@@ -51,6 +51,7 @@ import pyarrow.compute as pc
 
 from .graph import WEIGHT
 from .local_copies import LocalCopies
+from .sessions import session_confs
 
 log = logging.getLogger("epochal")
 
@@ -571,18 +572,12 @@ class Arrangements:
                    .repartitionByRange(max(1, -(-rows // self.rows_per_file)), F.col(quoted(by_name[key.lower()])))
                    .sortWithinPartitions(F.col(quoted(by_name[key.lower()]))))
         meta = dict(arrangement=FORMAT, since=None, to=version, columns=names, source=source, key=key, rows=rows)
-        hadoop = spark.sparkContext._jsc.hadoopConfiguration()
-        with _row_group_setting:  # Parquet takes the row-group bound from the session's Hadoop conf only
-            before = hadoop.get("parquet.block.row.count.limit")
-            hadoop.set("parquet.block.row.count.limit", str(ROW_GROUP))
-            try:
-                (sorted_.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
-                 .option("userMetadata", json.dumps(meta)).save(self.path(source, key)))
-            finally:
-                if before is None:
-                    hadoop.unset("parquet.block.row.count.limit")
-                else:
-                    hadoop.set("parquet.block.row.count.limit", before)
+        # Parquet takes the row-group bound from the write's Hadoop conf, which Spark builds from the
+        # session's confs (a DataFrameWriter option does not reach it through Delta's writer); a
+        # session conf also reaches a Spark Connect server's session, the client's Hadoop conf not.
+        with _row_group_setting, session_confs(spark, {"parquet.block.row.count.limit": str(ROW_GROUP)}):
+            (sorted_.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+             .option("userMetadata", json.dumps(meta)).save(self.path(source, key)))
         log.info("arranged %s by %s as of version %d: %d rows", source, key, version, rows)
 
     def append(self, source: str, key: str, commit: Commit, to: int, feed: pa.Table) -> None:

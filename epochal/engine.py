@@ -58,16 +58,10 @@ DRIVER_ROWS = 50_000  # see driver_commits.py; measured in README (Engine: drive
 DELTA_FORBIDDEN = re.compile(r"[ ,;{}()\n\t=]")
 
 
-CONNECT_UNSUPPORTED = (
-    "Spark Connect sessions are not supported: the engine writes derived tables and their state "
-    "with Delta's DeltaTable API (MERGE), which over Spark Connect needs Delta's Connect server "
-    "plugin, and io.delta:delta-connect-server_4.1_2.13:4.4.0 (matching delta-spark 4.4.0) is not on "
-    "Maven Central; a Connect server without it answers 'No handler found for extension'. Use a local[*] or "
-    "spark:// master (EPOCHAL_SPARK_MASTER) instead"
-)
-
-
 def _is_connect(spark) -> bool:
+    """A Spark Connect session (`sc://`): every Spark operation of the engine goes through Spark
+    SQL and the DataFrame API, which a Connect server with Delta's SQL extension runs; its steps
+    run one after another there (a Connect client has no child sessions)."""
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
@@ -151,8 +145,6 @@ class Engine:
         full will read by key in its incremental steps (built in the epoch that computes it);
         None: never.
         A warehouse on an object store is checked first (StorageUnreachable names what to fix)."""
-        if _is_connect(spark):
-            raise EpochalError(CONNECT_UNSUPPORTED)
         check_warehouse(Warehouse(warehouse).root, storage_options)
         self.spark = spark
         self.triggers = Triggers(rescan_fraction)

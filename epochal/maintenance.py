@@ -69,6 +69,7 @@ def _children(uri: str, spark=None) -> list[str]:
         return sorted(n for n in os.listdir(path) if os.path.isdir(os.path.join(path, n))) if os.path.isdir(path) else []
     if spark is None:
         raise EpochalError(f"listing {uri} needs a Spark session (its Hadoop file system)")
+    _need_hadoop(spark, f"listing {uri}")
     jvm = spark._jvm
     hadoop_path = jvm.org.apache.hadoop.fs.Path(uri)
     fs = hadoop_path.getFileSystem(spark._jsc.hadoopConfiguration())
@@ -77,12 +78,21 @@ def _children(uri: str, spark=None) -> list[str]:
     return sorted(status.getPath().getName() for status in fs.listStatus(hadoop_path) if status.isDirectory())
 
 
+def _need_hadoop(spark, what: str) -> None:
+    """Folders of an object-store warehouse are listed and deleted through the driver's Hadoop file
+    system, which a Spark Connect client does not have."""
+    if type(spark).__module__.startswith("pyspark.sql.connect"):
+        raise EpochalError(f"{what} needs the Hadoop file system of a classic Spark session; a Spark Connect "
+                           "client has none. Run this maintenance job with a local[*] or spark:// master")
+
+
 def _remove_tree(uri: str, spark=None) -> None:
     if is_local(uri):
         shutil.rmtree(local_path(uri))
         return
     if spark is None:
         raise EpochalError(f"deleting {uri} needs a Spark session (its Hadoop file system)")
+    _need_hadoop(spark, f"deleting {uri}")
     hadoop_path = spark._jvm.org.apache.hadoop.fs.Path(uri)
     hadoop_path.getFileSystem(spark._jsc.hadoopConfiguration()).delete(hadoop_path, True)
 
@@ -165,9 +175,10 @@ def optimize(spark, target: DeltaTarget) -> MaintenanceResult:
         table.create_checkpoint()
         detail = {"files_removed": int(metrics.get("numFilesRemoved", 0)), "files_added": int(metrics.get("numFilesAdded", 0))}
     else:
-        from delta.tables import DeltaTable
+        from .writes import delta_path
 
-        row = DeltaTable.forPath(spark, target.path).optimize().executeCompaction().first()
+        # SQL rather than Delta's DeltaTable API, which a Spark Connect server runs only with Delta's plugin
+        row = spark.sql(f"OPTIMIZE {delta_path(target.path)}").first()
         metrics = row["metrics"].asDict() if row is not None else {}
         detail = {"files_removed": int(metrics.get("numFilesRemoved", 0)), "files_added": int(metrics.get("numFilesAdded", 0))}
     detail["version"] = DeltaLog.open(target.path).version

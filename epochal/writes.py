@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import threading
+import uuid
 from contextlib import contextmanager
 
 from pyspark.sql import DataFrame, SparkSession
@@ -105,18 +106,37 @@ def keyed_source(change: DataFrame, columns: list[str], key: list[str]) -> DataF
 
 def apply_keyed(spark, path: str, source: DataFrame, columns: list[str], key: list[str], identity) -> None:
     """Spark MERGE of a keyed_source: update, insert or delete by key."""
-    from delta.tables import DeltaTable
-
-    values = {quoted(c): F.col(f"s.{quoted(c)}") for c in columns}
+    sets = ", ".join(f"t.{quoted(c)} = s.{quoted(c)}" for c in columns)
     with identity:
-        (
-            DeltaTable.forPath(spark, path).alias("t")
-            .merge(source.alias("s"), _merge_condition(key))
-            .whenMatchedDelete(condition=f"s.{OP} = 'delete'")
-            .whenMatchedUpdate(set=values)
-            .whenNotMatchedInsert(condition=f"s.{OP} = 'upsert'", values=values)
-            .execute()
-        )
+        merge_sql(spark, path, source, _merge_condition(key), [
+            f"WHEN MATCHED AND s.{OP} = 'delete' THEN DELETE",
+            f"WHEN MATCHED THEN UPDATE SET {sets}",
+            f"WHEN NOT MATCHED AND s.{OP} = 'upsert' THEN {_insert(columns)}",
+        ])
+
+
+def _insert(columns: list[str]) -> str:
+    return (f"INSERT ({', '.join(quoted(c) for c in columns)}) "
+            f"VALUES ({', '.join('s.' + quoted(c) for c in columns)})")
+
+
+def delta_path(path: str) -> str:
+    """A Delta table by path in Spark SQL: delta.`path` (backticks in the path doubled)."""
+    return "delta.`" + path.replace("`", "``") + "`"
+
+
+def merge_sql(spark, path: str, source: DataFrame, condition: str, clauses: list[str]) -> None:
+    """`MERGE INTO delta.`path` AS t USING <source> AS s ON condition <clauses>` through Spark
+    SQL, which a classic session and a Spark Connect server with Delta's SQL extension both run
+    (Delta's DeltaTable API needs Delta's own Connect plugin). The source is a temporary view of
+    this session, under a name of its own, dropped after."""
+    view = f"epochal_merge_source_{uuid.uuid4().hex}"
+    source.createOrReplaceTempView(view)
+    try:
+        spark.sql(f"MERGE INTO {delta_path(path)} AS t USING {view} AS s ON {condition} "
+                  + " ".join(clauses)).collect()
+    finally:
+        spark.catalog.dropTempView(view)
 
 
 def multiset_source(change: DataFrame, columns: list[str], base: DataFrame | None) -> tuple[DataFrame, list[DataFrame]]:
@@ -161,20 +181,14 @@ def apply_multiset(spark, path: str, source: DataFrame, columns: list[str], iden
                    has_deletes: bool = True) -> None:
     """Spark write of a multiset_source: a plain append without deletes, else a MERGE in which
     `delete` rows match every copy of their row and `insert` rows never match."""
-    from delta.tables import DeltaTable
-
     if not has_deletes:
         append_writer(source.drop(OP)).mode("append").save(path)
         return
-    values = {quoted(c): F.col(f"s.{quoted(c)}") for c in columns}
     with identity:
-        (
-            DeltaTable.forPath(spark, path).alias("t")
-            .merge(source.alias("s"), _merge_condition(columns) + f" AND s.{OP} = 'delete'")
-            .whenMatchedDelete()
-            .whenNotMatchedInsert(condition=f"s.{OP} = 'insert'", values=values)
-            .execute()
-        )
+        merge_sql(spark, path, source, _merge_condition(columns) + f" AND s.{OP} = 'delete'", [
+            "WHEN MATCHED THEN DELETE",
+            f"WHEN NOT MATCHED AND s.{OP} = 'insert' THEN {_insert(columns)}",
+        ])
 
 
 def _tagged(rows, seq: int):

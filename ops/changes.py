@@ -540,12 +540,14 @@ class ChangeGenerator:
     def _merge(self, table: str, plan: _TablePlan, meta: str) -> TableChange:
         """One MERGE: source rows carry an action; deletes and updates match on the primary key,
         inserts carry fresh keys and never match. The caller has set the userMetadata conf."""
-        from delta.tables import DeltaTable
+        import uuid
+
         from pyspark.sql.types import StringType, StructField, StructType
 
+        from ops.deltalog import delta_path
+
         path = self.warehouse.source_path(table)
-        target = DeltaTable.forPath(self.spark, path)
-        columns = target.toDF().schema.fields
+        columns = self.spark.read.format("delta").load(path).schema.fields
         names = [f.name for f in columns]
         keys = PRIMARY_KEYS[table]
         source_schema = StructType(
@@ -561,16 +563,21 @@ class ChangeGenerator:
             + [tuple(row[c] for c in names) + ("update",) for row in plan.updates]
         )
         source = self.spark.createDataFrame(rows, source_schema)
-        every_column = {c: f"s.`{c}`" for c in names}
         condition = _merge_condition(plan, table, lambda name: f"`{name}`")
-        merge = (
-            target.alias("t")
-            .merge(source.alias("s"), condition)
-            .whenMatchedDelete(condition=f"s.{ACTION} = 'delete'")
-            .whenMatchedUpdate(condition=f"s.{ACTION} = 'update'", set=every_column)
-            .whenNotMatchedInsert(condition=f"s.{ACTION} = 'insert'", values=every_column)
-        )
-        metrics = merge.execute().first().asDict()
+        # Spark SQL's MERGE (Delta's SQL extension), which a Spark Connect server runs as well
+        view = f"epochal_batch_{uuid.uuid4().hex}"
+        source.createOrReplaceTempView(view)
+        try:
+            metrics = self.spark.sql(
+                f"MERGE INTO {delta_path(path)} AS t USING {view} AS s ON {condition} "
+                f"WHEN MATCHED AND s.{ACTION} = 'delete' THEN DELETE "
+                f"WHEN MATCHED AND s.{ACTION} = 'update' THEN UPDATE SET "
+                + ", ".join(f"t.`{c}` = s.`{c}`" for c in names)
+                + f" WHEN NOT MATCHED AND s.{ACTION} = 'insert' THEN INSERT ("
+                + ", ".join(f"`{c}`" for c in names) + ") VALUES (" + ", ".join(f"s.`{c}`" for c in names) + ")"
+            ).first().asDict()
+        finally:
+            self.spark.catalog.dropTempView(view)
         return self._checked(table, plan, meta, {
             name: metrics.get(name) for name in ("num_inserted_rows", "num_deleted_rows", "num_updated_rows")})
 

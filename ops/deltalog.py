@@ -1,7 +1,8 @@
 """Reading a Delta table's log for bookkeeping (versions, commit metadata, file counts).
 
 Local tables are read with delta-rs, which answers in milliseconds without a Spark job; other URIs
-go through Spark's DeltaTable, which knows the cluster's storage credentials.
+go through Spark SQL (DESCRIBE HISTORY / DETAIL of delta.`path`), which knows the cluster's storage
+credentials and which a Spark Connect server with Delta's SQL extension runs too.
 """
 
 from __future__ import annotations
@@ -27,12 +28,8 @@ def history(spark, path: str, limit: int | None = None) -> list[Commit]:
             Commit(entry["version"], entry.get("operation", ""), entry.get("userMetadata"))
             for entry in deltalake.DeltaTable(local_path(path)).history(limit)
         ]
-    from delta.tables import DeltaTable
-
-    table = DeltaTable.forPath(spark, path)
-    rows = (table.history(limit) if limit else table.history()).select(
-        "version", "operation", "userMetadata"
-    )
+    history_ = spark.sql(f"DESCRIBE HISTORY {delta_path(path)}" + (f" LIMIT {int(limit)}" if limit else ""))
+    rows = history_.select("version", "operation", "userMetadata").orderBy(history_["version"].desc())
     return [Commit(r.version, r.operation, r.userMetadata) for r in rows.collect()]
 
 
@@ -45,9 +42,7 @@ def file_count(spark, path: str) -> int:
         import deltalake
 
         return len(deltalake.DeltaTable(local_path(path)).file_uris())
-    from delta.tables import DeltaTable
-
-    return DeltaTable.forPath(spark, path).detail().select("numFiles").first().numFiles
+    return _detail(spark, path)["numFiles"]
 
 
 def is_delta_table(spark, path: str) -> bool:
@@ -55,9 +50,10 @@ def is_delta_table(spark, path: str) -> bool:
         import deltalake
 
         return deltalake.DeltaTable.is_deltatable(local_path(path))
-    from delta.tables import DeltaTable
-
-    return DeltaTable.isDeltaTable(spark, path)
+    try:
+        return _detail(spark, path)["format"] == "delta"
+    except Exception:  # noqa: BLE001 - no table there (an AnalysisException, classic or Connect's)
+        return False
 
 
 def properties(spark, path: str) -> dict[str, str]:
@@ -66,9 +62,15 @@ def properties(spark, path: str) -> dict[str, str]:
         import deltalake
 
         return dict(deltalake.DeltaTable(local_path(path)).metadata().configuration)
-    from delta.tables import DeltaTable
+    return dict(_detail(spark, path)["properties"] or {})
 
-    return dict(DeltaTable.forPath(spark, path).detail().select("properties").first()[0] or {})
+
+def delta_path(path: str) -> str:
+    return "delta.`" + path.replace("`", "``") + "`"
+
+
+def _detail(spark, path: str) -> dict:
+    return spark.sql(f"DESCRIBE DETAIL {delta_path(path)}").first().asDict()
 
 
 def read_arrow(spark, path: str, columns: list[str] | None = None, key_column: str | None = None,

@@ -97,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
 
     from assets.sources import first_logical_time
     from definitions import build_definitions
+    from resources.session import connect_url
     from resources.spark import SparkResource
     from resources.warehouse import WarehouseResource
 
@@ -124,7 +125,9 @@ def run(args: argparse.Namespace) -> int:
     spark = SparkResource(log_file=log_file)
     resources = {"warehouse": WarehouseResource(root=warehouse.root), "spark": spark}
     defs = build_definitions(**resources)
-    print(f"warehouse {warehouse.root}; Dagster runs in {os.environ['DAGSTER_HOME']}; Spark's own output in {log_file}")
+    remote = connect_url(spark.settings())
+    spark_output = f"Spark: the Connect server at {remote}" if remote else f"Spark's own output in {log_file}"
+    print(f"warehouse {warehouse.root}; Dagster runs in {os.environ['DAGSTER_HOME']}; {spark_output}")
     print(f"logical clock: load at {start:%Y-%m-%d %H:%M} UTC, batch i at load + 30 min + (i-1) h, "
           f"hourly partitions from {start:%Y-%m-%d-%H:%M}")
 

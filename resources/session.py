@@ -24,12 +24,14 @@ class SparkStartError(RuntimeError):
 
 @dataclass(frozen=True)
 class SparkSettings:
-    """How to reach Spark. `master` is `local[*]`, a `spark://host:port` standalone master or a
-    Spark Connect `sc://host:port` URL (a Connect session, which the engine refuses: it needs
-    Delta's Connect plugin); the environment variable EPOCHAL_SPARK_MASTER overrides
-    the default."""
+    """How to reach Spark. `master` is `local[*]` or a `spark://host:port` standalone master (the
+    environment variable EPOCHAL_SPARK_MASTER overrides the default); `remote` is a Spark Connect
+    server's `sc://host:port` URL (default: $SPARK_REMOTE, as PySpark reads it), which wins over
+    `master` (an `sc://` master means the same). Through Connect the server has its own settings:
+    of the ones below only the session's (shuffle partitions, time zone) apply."""
 
     master: str = field(default_factory=lambda: os.environ.get("EPOCHAL_SPARK_MASTER", "local[*]"))
+    remote: str | None = field(default_factory=lambda: os.environ.get("SPARK_REMOTE") or None)
     app_name: str = "epochal"
     driver_memory: str = field(default_factory=lambda: os.environ.get("EPOCHAL_DRIVER_MEMORY", "6g"))
     shuffle_partitions: int = 8
@@ -210,8 +212,9 @@ def delta_spark_session(settings: SparkSettings | None = None):
     from pyspark.sql import SparkSession
 
     settings = settings or SparkSettings()
-    if settings.master.startswith("sc://"):
-        return SparkSession.builder.remote(settings.master).getOrCreate()
+    remote = connect_url(settings)
+    if remote is not None:
+        return connect_session(remote, settings)
 
     active = SparkSession.getActiveSession()
     if active is not None:
@@ -275,6 +278,89 @@ def delta_spark_session(settings: SparkSettings | None = None):
         ) from error
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+CONNECT_TIMEOUT = 20.0  # seconds to reach a Connect server before saying it is unreachable
+# The settings a session of the engine runs with that a Connect client can set on the server's
+# session (runtime confs); static ones (JARs, extensions, memory, codegen cache) are the server's.
+CONNECT_SESSION_CONFS = ("spark.sql.session.timeZone", "spark.sql.shuffle.partitions",
+                         "spark.databricks.delta.snapshotPartitions", "spark.sql.adaptive.enabled",
+                         "spark.sql.maxPlanStringLength")
+
+
+def connect_url(settings: SparkSettings) -> str | None:
+    """The Spark Connect URL the settings name, if any."""
+    if settings.remote:
+        return settings.remote
+    return settings.master if settings.master.startswith("sc://") else None
+
+
+def connect_session(url: str, settings: SparkSettings):
+    """A Spark Connect session to `url`, with the engine's runtime settings set on the server's
+    session. A server that cannot be reached fails within CONNECT_TIMEOUT seconds with an error
+    naming the URL (PySpark's own client retries for minutes)."""
+    import socket
+    import time
+    from urllib.parse import urlparse
+
+    from pyspark.sql import SparkSession
+
+    if not url.startswith("sc://"):
+        raise SparkStartError(f"{url!r} is not a Spark Connect URL (sc://host:port)")
+    parsed = urlparse("http://" + url[len("sc://"):].split(";", 1)[0])
+    host, port = parsed.hostname or "localhost", parsed.port or 15002
+    deadline = time.monotonic() + CONNECT_TIMEOUT
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=max(1.0, deadline - time.monotonic())):
+                break
+        except OSError as error:
+            if time.monotonic() >= deadline:
+                raise SparkStartError(
+                    f"no Spark Connect server answers at {url} ({host}:{port}: {error}) within "
+                    f"{CONNECT_TIMEOUT:.0f}s: start one (README, Spark Connect) or correct the URL "
+                    "(SPARK_REMOTE, or the Spark resource's spark_remote)") from None
+            time.sleep(0.5)
+    spark = SparkSession.builder.remote(url).getOrCreate()
+    wanted = {"spark.sql.session.timeZone": "UTC", "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
+              "spark.databricks.delta.snapshotPartitions": "2", "spark.sql.adaptive.enabled": "true",
+              "spark.sql.maxPlanStringLength": "100000"}
+    wanted.update({k: v for k, v in {**confs_from_environment(), **settings.extra_conf}.items()
+                   if k in CONNECT_SESSION_CONFS})
+    try:
+        for key, value in wanted.items():
+            spark.conf.set(key, value)
+    except Exception as error:
+        raise SparkStartError(f"the Spark Connect server at {url} did not take the session's settings: {error}") from error
+    return spark
+
+
+def connect_server_command(port: int, host: str = "127.0.0.1", master: str = "local[*]",
+                           driver_memory: str = "4g", extra_conf: dict[str, str] | None = None) -> list[str]:
+    """The command that runs a Spark Connect server in the foreground from the installed pyspark,
+    with Delta Lake (its JAR resolved like a local session's, its SQL extension and catalog) and
+    the static settings a local session of the engine has. `sbin/start-connect-server.sh` takes the
+    same options and runs it as a daemon instead."""
+    import pyspark
+
+    spark_home = os.path.dirname(os.path.abspath(pyspark.__file__))
+    confs = {
+        "spark.sql.extensions": DELTA_EXTENSION,
+        "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
+        "spark.connect.grpc.binding.address": host,
+        "spark.connect.grpc.binding.port": str(port),
+        "spark.ui.enabled": "false",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.codegen.cache.maxEntries": str(CODEGEN_CACHE_ENTRIES),
+        "spark.databricks.delta.snapshotPartitions": "2",
+        **(extra_conf or {}),
+    }
+    command = [os.path.join(spark_home, "bin", "spark-submit"),
+               "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
+               "--master", master, "--driver-memory", driver_memory, "--packages", delta_artifact()]
+    for key, value in confs.items():
+        command += ["--conf", f"{key}={value}"]
+    return command + ["spark-internal"]
 
 
 @contextlib.contextmanager

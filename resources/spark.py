@@ -1,7 +1,8 @@
 """The Spark session as a Dagster resource.
 
 A thin wrapper: `resources.session.delta_spark_session` stays the one place a session is built, so
-jobs, tests and the demo share its Delta settings. The session is per process and is not stopped
+jobs, tests and the demo share its Delta settings. With `spark_remote` (or $SPARK_REMOTE) the session is a Spark Connect client
+of that server: no JVM in the run's process. The session is per process and is not stopped
 when a run ends: Dagster runs each run in its own process, and an in-process run (the demo, tests)
 keeps using the caller's session.
 """
@@ -17,8 +18,12 @@ from resources.session import SparkSettings, delta_spark_session
 class SparkResource(ConfigurableResource):
     master: str | None = Field(
         default=None,
-        description="local[*] or spark://host:port (sc:// is refused by the engine); unset: $EPOCHAL_SPARK_MASTER, "
-        "else local[*]",
+        description="local[*] or spark://host:port; unset: $EPOCHAL_SPARK_MASTER, else local[*]",
+    )
+    spark_remote: str | None = Field(
+        default=None,
+        description="a Spark Connect server, sc://host:port (with Delta's SQL extension; README), used instead of "
+        "master; unset: $SPARK_REMOTE, as PySpark reads it, else none",
     )
     driver_memory: str | None = Field(
         default=None, description="unset: $EPOCHAL_DRIVER_MEMORY, else the session default (6g)"
@@ -34,6 +39,8 @@ class SparkResource(ConfigurableResource):
         chosen = {"shuffle_partitions": self.shuffle_partitions, "ui": self.ui, "log_file": self.log_file}
         if self.master:
             chosen["master"] = self.master
+        if self.spark_remote:
+            chosen["remote"] = self.spark_remote
         if self.driver_memory:
             chosen["driver_memory"] = self.driver_memory
         return SparkSettings(**chosen)

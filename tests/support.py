@@ -8,7 +8,8 @@ import os
 from collections import Counter
 from datetime import datetime, timezone
 
-from delta.tables import DeltaTable
+from epochal.changes import quoted
+from epochal.writes import delta_path
 
 # The tests' JVMs are short-lived and run thousands of tiny plans: C1-compiled code only and the
 # parallel collector cut the JVM's CPU over two concurrent test_differential runs from 321 s to 237 s
@@ -200,11 +201,14 @@ class SyntheticSource:
         if rows:
             self._frame(rows).write.format("delta").mode("append").save(self.path)
 
+    # Spark SQL rather than Delta's DeltaTable API: the same commands, which a Spark Connect
+    # server with Delta's SQL extension also runs (tests/test_deploy_connect.py)
     def delete(self, condition: str) -> None:
-        DeltaTable.forPath(self.spark, self.path).delete(condition)
+        self.spark.sql(f"DELETE FROM {delta_path(self.path)} WHERE {condition}").collect()
 
     def update(self, condition: str, assignments: dict[str, str]) -> None:
-        DeltaTable.forPath(self.spark, self.path).update(condition, assignments)
+        sets = ", ".join(f"{quoted(column)} = {value}" for column, value in assignments.items())
+        self.spark.sql(f"UPDATE {delta_path(self.path)} SET {sets} WHERE {condition}").collect()
 
     def rows(self) -> list[tuple]:
         """The table's rows, read by delta-rs where it reads the table as Spark does (a Spark

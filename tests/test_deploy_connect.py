@@ -1,23 +1,29 @@
-"""Spark Connect: a Spark Connect server started from the installed pyspark (`spark-submit --class
-org.apache.spark.sql.connect.service.SparkConnectServer`) with Delta Lake on its classpath,
-listening on 127.0.0.1 only, reached through an `sc://127.0.0.1` session. Part of
+"""Spark Connect: a Spark Connect server started from the installed pyspark
+(`resources.session.connect_server_command`: `spark-submit --class
+org.apache.spark.sql.connect.service.SparkConnectServer` with Delta Lake's JAR, SQL extension and
+catalog), listening on 127.0.0.1 only, stopped by its process group at the end. Part of
 `make test-deploy`.
 
-The engine writes with Delta's DeltaTable API (MERGE), which over Connect needs Delta's Connect
-server plugin; no build of it for delta-spark 4.4.0 (io.delta:delta-connect-server_4.1_2.13) is on
-Maven Central. So the test shows what works (Spark SQL and Delta reads and writes through
-Connect), that the DeltaTable API does not, and that the engine refuses a Connect session at once
-with an error naming the missing plugin, having written nothing.
+The engine runs through an `sc://` session as it runs through a local one: its MERGEs, OPTIMIZE
+and deletes are Spark SQL (`MERGE INTO delta.`path``), which the server's Delta SQL extension runs
+(Delta's DeltaTable API would need Delta's Connect plugin, not published for delta-spark 4.4.0);
+what stays in the client (Arrow, delta-rs commits, the ledger) reads and writes the same local
+warehouse as the server. Checked here: TPC-H tables over a first epoch and two hourly batches
+through the deployment driver, the TPC-H incremental test and a differential test run by pytest
+with SPARK_REMOTE set (each epoch equal to the full recompute), and that an unreachable server
+fails within 30 s naming its URL.
 """
 
 from __future__ import annotations
 
-import os
+import subprocess
+import sys
+import time
 
 import pytest
 
-from resources.session import DELTA_CATALOG, DELTA_EXTENSION, delta_artifact
-from tests.deploy import CONNECT_ENVIRONMENT, LOOPBACK, assert_loopback_only, free_port, server, spark_home
+from resources.session import connect_server_command
+from tests.deploy import LOOPBACK, REPO, assert_loopback_only, free_port, loopback_env, run_driver, server, tail
 
 pytestmark = pytest.mark.deploy
 
@@ -27,20 +33,8 @@ def connect_server(tmp_path_factory):
     """(sc:// URL, server process, log folder), stopped by its process group at the end."""
     logs = tmp_path_factory.mktemp("connect")
     port = free_port()
-    command = [
-        str(spark_home() / "bin" / "spark-submit"),
-        "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
-        "--master", "local[2]", "--driver-memory", "3g",
-        "--packages", delta_artifact(),
-        "--conf", f"spark.sql.extensions={DELTA_EXTENSION}",
-        "--conf", f"spark.sql.catalog.spark_catalog={DELTA_CATALOG}",
-        "--conf", f"spark.connect.grpc.binding.address={LOOPBACK}",
-        "--conf", f"spark.connect.grpc.binding.port={port}",
-        "--conf", "spark.ui.enabled=false",
-        "--conf", "spark.sql.shuffle.partitions=2",
-        "--conf", "spark.sql.session.timeZone=UTC",
-        "spark-internal",
-    ]
+    command = connect_server_command(port, host=LOOPBACK, master="local[2]", driver_memory="4g",
+                                     extra_conf={"spark.sql.shuffle.partitions": "2"})
     with server(command, logs / "server.log", port, timeout=300) as process:
         yield f"sc://{LOOPBACK}:{port}", process, logs
 
@@ -50,48 +44,44 @@ def test_the_connect_server_listens_on_loopback_only(connect_server):
     assert_loopback_only(process.pid)
 
 
-@pytest.fixture(scope="module")
-def remote(connect_server):
-    from pyspark.sql import SparkSession
-
-    before = {name: os.environ.get(name) for name in CONNECT_ENVIRONMENT}
-    session = SparkSession.builder.remote(connect_server[0]).create()
-    try:
-        yield session
-    finally:
-        session.stop()
-        # PySpark marks the whole process as Spark Connect's in its environment; undo it, or every
-        # later session of this process (and every process it starts) asks for a Connect URL
-        for name, value in before.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+def test_the_engine_maintains_tpch_tables_exactly_through_connect(connect_server, tmp_path):
+    url, _, logs = connect_server
+    answer = run_driver(["--master", url, "--warehouse", str(tmp_path / "warehouse"),
+                         "--tables", "tpch_q01,tpch_q10,returns_by_nation"],
+                        logs / "driver.log")
+    assert "error" not in answer, answer
+    assert answer["mismatches"] == [], answer
+    for name, techniques in answer["techniques"].items():
+        assert techniques[0] == "rescan" and set(techniques[1:]) <= {"incremental", "noop"}, (name, techniques)
+        assert "incremental" in techniques, (name, techniques)
 
 
-def test_delta_reads_and_writes_work_through_connect(remote, tmp_path):
-    path = str(tmp_path / "numbers")
-    remote.range(5).write.format("delta").save(path)
-    assert remote.read.format("delta").load(path).count() == 5
-    assert remote.sql(f"SELECT count(*) AS n FROM delta.`{path}`").first()["n"] == 5
+def _pytest_through_connect(url: str, log, *args: str) -> None:
+    """Run pytest on `args` in a child process whose session is a Connect client of `url`."""
+    env = loopback_env(SPARK_REMOTE=url, EPOCHAL_EXAMPLES="2")
+    with open(log, "ab") as out:
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", *args],
+                              stdout=out, stderr=subprocess.STDOUT, env=env, cwd=str(REPO), timeout=1800)
+    assert done.returncode == 0, tail(log, 80)
 
 
-def test_the_delta_table_api_needs_the_connect_plugin(remote, tmp_path):
-    from delta.tables import DeltaTable
-
-    path = str(tmp_path / "numbers")
-    remote.range(5).write.format("delta").save(path)
-    with pytest.raises(Exception, match="No handler found for extension"):
-        DeltaTable.forPath(remote, path).toDF().count()
+def test_the_tpch_incremental_test_passes_through_connect(connect_server, tmp_path):
+    url, _, logs = connect_server
+    _pytest_through_connect(url, logs / "tpch_incremental.log", "tests/test_tpch_incremental.py")
 
 
-def test_the_engine_refuses_a_connect_session_naming_what_is_missing(remote, tmp_path):
-    from epochal import Engine
-    from epochal.errors import EpochalError
+def test_a_differential_test_passes_through_connect(connect_server):
+    url, _, logs = connect_server
+    _pytest_through_connect(url, logs / "differential.log",
+                            "tests/test_differential.py::test_random_changes_match_recompute_after_every_epoch")
 
-    warehouse = tmp_path / "warehouse"
-    with pytest.raises(EpochalError) as refused:
-        Engine(remote, str(warehouse))
-    message = str(refused.value)
-    assert "Spark Connect" in message and "delta-connect-server" in message and "spark://" in message, message
-    assert not warehouse.exists()
+
+def test_an_unreachable_server_fails_fast_naming_its_url():
+    from resources.session import SparkSettings, SparkStartError, delta_spark_session
+
+    url = f"sc://{LOOPBACK}:{free_port()}"  # nothing listens there
+    began = time.monotonic()
+    with pytest.raises(SparkStartError) as failed:
+        delta_spark_session(SparkSettings(remote=url))
+    assert time.monotonic() - began < 30
+    assert url in str(failed.value)
