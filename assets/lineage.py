@@ -28,12 +28,19 @@ SCHEMA = "dagster/column_schema"
 LINEAGE = "dagster/column_lineage"
 
 
-def table_schema(fields, key: tuple[str, ...] | None = None, engine_key: set[str] = frozenset()) -> TableSchema:
-    """A Spark StructType's fields as Dagster's TableSchema; declared and merge keys noted."""
+def table_schema(fields, key: tuple[str, ...] | None = None, engine_key: set[str] = frozenset(),
+                 lineage: TableColumnLineage | None = None) -> TableSchema:
+    """A Spark StructType's fields as Dagster's TableSchema; declared and merge keys noted, and
+    each column's input columns from `lineage` ("from lineitem.l_discount, ..."): open-source
+    Dagster shows a column's description in the asset's Columns table, its lineage graph only in
+    Dagster+."""
     declared = set(key or ())
+    sources = lineage.deps_by_column if lineage is not None else {}
     columns = []
     for f in fields:
         notes = [n for n, on in (("declared key", f.name in declared), ("merge key", f.name in engine_key)) if on]
+        if sources.get(f.name):
+            notes.append("from " + ", ".join(f"{d.asset_key.to_user_string()}.{d.column_name}" for d in sources[f.name]))
         columns.append(TableColumn(
             name=f.name, type=f.dataType.simpleString(), description=", ".join(notes) or None,
             constraints=TableColumnConstraints(nullable=f.nullable),
@@ -65,15 +72,18 @@ def engine_metadata(engine, spec: TableSpec) -> dict:
     """The column schema and lineage of a table the engine has defined."""
     table = engine.table(spec.name)
     engine_key = {table.schema.fields[i].name for i in table.key} if table.key else set()
-    metadata = {SCHEMA: table_schema(table.schema.fields, spec.key, engine_key)}
+    lineage = None
     try:
         inputs = {}
         for name in table.compiled.inputs:
             inputs[name.lower()] = (name, {f.name.lower(): f.name for f in engine.schema_of(name).fields})
         outputs = column_lineage(table.compiled.tree)
-        metadata[LINEAGE] = table_lineage(outputs, [f.name for f in table.schema.fields], inputs)
+        lineage = table_lineage(outputs, [f.name for f in table.schema.fields], inputs)
     except Exception as error:  # noqa: BLE001 - lineage is a description: never fail a run for it
         log.warning("%s: no column lineage (%s)", spec.name, error)
+    metadata = {SCHEMA: table_schema(table.schema.fields, spec.key, engine_key, lineage)}
+    if lineage is not None:
+        metadata[LINEAGE] = lineage
     return metadata
 
 
@@ -112,6 +122,8 @@ def definition_metadata(specs: Mapping[str, TableSpec], root: str | None) -> dic
             continue
         columns = [f.name for f in fields] if fields is not None and len(fields) == len(outputs) else None
         found[spec.name][LINEAGE] = table_lineage(outputs, columns, spelled)
+        if fields is not None:
+            found[spec.name][SCHEMA] = table_schema(fields, spec.key, lineage=found[spec.name][LINEAGE])
         if fields is not None:
             known(spec.name, fields)
         else:  # its downstream tables qualify against its output names; types do not matter there

@@ -3,8 +3,9 @@ protocol, dismissing Dagster's community dialog first (its Skip button), which a
 `chromium --screenshot` cannot do.
 
 The README's pictures, after `make demo`: start the UI over the demo's warehouse in its own
-process group, take docs/lineage.png (returns_by_nation with the tables it reads) and
-docs/partitions.png (its Partitions tab), stop the UI:
+process group, take docs/lineage.png (returns_by_nation with the tables it reads),
+docs/partitions.png (its Partitions tab) and docs/columns.png (tpch_q10's Overview: its columns
+and where they come from), stop the UI (`--columns-only`: the last one only):
 
     .venv/bin/python docs/screenshot.py --warehouse warehouse
 
@@ -38,6 +39,10 @@ PAGES = {  # picture -> page of the UI, relative to its address
     "lineage.png": f"/assets/{TABLE}?view=lineage&lineageScope=upstream&lineageDepth=2",
     "partitions.png": f"/assets/{TABLE}?view=partitions",
 }
+# an asset's Overview, tall enough to show its Columns (dagster/column_schema and column_lineage)
+COLUMNS_TABLE = "tpch_q10"
+COLUMNS = ("columns.png", f"/assets/{COLUMNS_TABLE}")
+HEIGHTS = {"columns.png": 2600}
 SKIP = """(() => { const b = [...document.querySelectorAll('button')].find(x => x.textContent.trim() === 'Skip');
   if (b) { b.click(); return true } return false })()"""
 
@@ -49,7 +54,8 @@ def free_port() -> int:
 
 
 async def capture(page: str, shots: list[tuple[str, str]]) -> None:
-    """Navigate the page to each url in turn and write its screenshot to the paired file."""
+    """Navigate the page to each url in turn and write its screenshot to the paired file (1800
+    pixels wide, HEIGHTS[file name] or 1100 high)."""
     async with websockets.connect(page, max_size=50_000_000) as ws:
         ids = iter(range(1, 1_000_000))
 
@@ -61,8 +67,9 @@ async def capture(page: str, shots: list[tuple[str, str]]) -> None:
                 if message.get("id") == n:
                     return message.get("result")
 
-        await call("Emulation.setDeviceMetricsOverride", width=1800, height=1100, deviceScaleFactor=1, mobile=False)
         for url, out in shots:
+            height = HEIGHTS.get(os.path.basename(out), 1100)
+            await call("Emulation.setDeviceMetricsOverride", width=1800, height=height, deviceScaleFactor=1, mobile=False)
             await call("Page.navigate", url=url)
             await asyncio.sleep(12)  # the UI loads the asset graph
             clicked = await call("Runtime.evaluate", expression=SKIP, returnByValue=True)
@@ -137,12 +144,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("url", nargs="?", help="one page of a running UI")
     parser.add_argument("out", nargs="?", help="where its screenshot goes")
     parser.add_argument("--warehouse", help="start the UI over this warehouse and take the README's pictures")
+    parser.add_argument("--columns-only", action="store_true",
+                        help=f"with --warehouse: only docs/{COLUMNS[0]} ({COLUMNS_TABLE}'s Overview with its columns)")
     args = parser.parse_args(argv)
     if args.warehouse:
         warehouse = os.path.abspath(args.warehouse)
         process, ui = serve_ui(warehouse, os.environ.get("DAGSTER_HOME") or os.path.join(warehouse, ".dagster"))
+        pages = {} if args.columns_only else dict(PAGES)
+        pages[COLUMNS[0]] = COLUMNS[1]
         try:
-            screenshots([(ui + page, str(DOCS / name)) for name, page in PAGES.items()])
+            screenshots([(ui + page, str(DOCS / name)) for name, page in pages.items()])
         finally:
             stop(process)
     elif args.url and args.out:

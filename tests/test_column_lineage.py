@@ -179,3 +179,20 @@ def test_without_a_warehouse_the_definitions_have_no_columns(tmp_path):
 
     specs = load_specs(SQL, ("region", "nation", "supplier", "customer", "part", "partsupp", "orders", "lineitem"))
     assert definition_metadata(specs, str(tmp_path / "nothing")) == {name: {} for name in specs}
+
+
+def test_a_columns_description_names_its_input_columns():
+    """Open-source Dagster shows column descriptions, not the lineage graph: the description says it."""
+    from dagster import AssetKey, TableColumnDep, TableColumnLineage
+    from pyspark.sql.types import DecimalType, LongType, StructField
+
+    from assets.lineage import table_schema
+
+    lineage = TableColumnLineage(deps_by_column={"revenue": [
+        TableColumnDep(asset_key=AssetKey("lineitem"), column_name="l_extendedprice"),
+        TableColumnDep(asset_key=AssetKey("lineitem"), column_name="l_discount")]})
+    schema = table_schema([StructField("l_orderkey", LongType(), True), StructField("revenue", DecimalType(38, 4), True)],
+                          key=("l_orderkey",), lineage=lineage)
+    assert [(c.name, c.type, c.description) for c in schema.columns] == [
+        ("l_orderkey", "bigint", "declared key"),
+        ("revenue", "decimal(38,4)", "from lineitem.l_discount, lineitem.l_extendedprice")]
