@@ -8,7 +8,7 @@ export DAGSTER_HOME ?= $(if $(findstring ://,$(WAREHOUSE)),$(CURDIR)/.dagster,$(
 export PYTHONPATH := $(CURDIR)
 ARGS ?=
 
-.PHONY: demo test test-deploy test-tpch ui bench soak setup minio clean
+.PHONY: demo test test-deploy test-tpch conformance ui bench soak setup minio clean
 
 $(BIN)/.installed: pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "epochal needs Python 3.11 or newer")'
@@ -55,6 +55,17 @@ test-deploy: setup $(TOOLS)/minio
 # all 22 TPC-H queries over 10 hourly batches, each epoch checked against the full recompute
 test-tpch: setup
 	EPOCHAL_TPCH_QUERIES=all EPOCHAL_TPCH_BATCHES=10 $(BIN)/python -m pytest tests/test_tpch_incremental.py $(ARGS)
+
+# the conformance suite's long version: EXAMPLES runs in each of the workers' shards, every case's
+# outcome in conformance-results.jsonl, then the README's type x operator matrix from them (fails on
+# any mismatch). A run is one column type, every shape over it, a path and settings: about 20 cases.
+CONFORMANCE_EXAMPLES ?= 50
+conformance: setup
+	rm -f conformance-results.jsonl
+	EPOCHAL_CONFORMANCE_EXAMPLES=$(CONFORMANCE_EXAMPLES) EPOCHAL_CONFORMANCE_SHARDS=$(TEST_WORKERS) \
+	EPOCHAL_CONFORMANCE_KEEP_GOING=1 EPOCHAL_CONFORMANCE_RESULTS=$(CURDIR)/conformance-results.jsonl \
+	$(BIN)/python -m pytest tests/test_conformance.py -n $(TEST_WORKERS) -q $(ARGS)
+	$(BIN)/python -m tests.conformance_matrix conformance-results.jsonl --readme README.md
 
 ui: setup
 	@mkdir -p $(DAGSTER_HOME)

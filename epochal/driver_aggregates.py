@@ -70,8 +70,11 @@ def adds_exactly(total_type: DataType) -> bool:
 
 
 def _ordered(input_type: DataType) -> bool:
-    """Whether Python orders the values as Spark does (not floating point: NaN, -0.0)."""
-    return isinstance(input_type, (IntegralType, StringType, DateType, DecimalType))
+    """Whether Python orders the values as Spark does (not floating point: NaN, -0.0; not strings
+    of a collation other than UTF8_BINARY, which Spark orders by their collation)."""
+    if isinstance(input_type, StringType):
+        return getattr(input_type, "collation", "UTF8_BINARY") in ("UTF8_BINARY", None)
+    return isinstance(input_type, (IntegralType, DateType, DecimalType))
 
 
 def _fit(value, data_type: DataType):

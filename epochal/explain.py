@@ -8,7 +8,7 @@ definitions loaded.
 
 from __future__ import annotations
 
-from .graph import Join, render
+from .graph import Aggregate, Join, render, walk
 from .optimize.restrict_cogenerators import keyed_partners
 from .rules import rule_for
 
@@ -46,7 +46,9 @@ def _triggers(engine, table) -> list[str]:
     compiled = table.compiled
     out = ["rescan triggers:",
            "  FIRST_RUN before the first epoch; QUERY_CHANGED when the fingerprint changes; "
-           "REQUESTED on a full refresh"]
+           "REQUESTED on a full refresh",
+           "  SETTINGS_CHANGED when a session setting that changes results (time zone, ANSI mode, decimal "
+           "precision loss, default collation, ...; epochal/settings.py) differs from the table's last step"]
     if compiled.plan is None:
         out.append(f"  NOT_INCREMENTAL: {compiled.blocker} (every epoch with input changes rescans)")
     reads = read_columns(table)
@@ -67,6 +69,11 @@ def _triggers(engine, table) -> list[str]:
                        "lacks the version or files the ledger recorded, or was built for another plan of this query")
         else:
             out.append("  STATE_MISSING: no state (every operator reads its inputs by time travel)")
+        sums = [f"{agg.name} ({agg.func}({agg.arg}))" for node in walk(compiled.plan) if isinstance(node, Aggregate)
+                for agg in node.aggs if agg.func in ("sum", "avg") and not agg.distinct]
+        if sums:
+            out.append(f"  NOT_EXACT if the running sum of {', '.join(sums)} goes past its type (Spark's SUM "
+                       "gives NULL there): refused before anything is written, never approximated")
     fraction = getattr(getattr(engine, "triggers", None), "rescan_fraction", None)
     if fraction is None:
         out.append("  COST: off (Engine(rescan_fraction=...) rescans when an epoch changes more than that share "

@@ -63,3 +63,38 @@ def test_wide_decimal_sums_and_averages_are_exact_after_every_epoch(spark, wareh
         assert {r.technique for r in reports} == {"incremental"}, [(r.table, r.technique, r.reason) for r in reports]
         _exactly(engine, "by_k")
         _exactly(engine, "overall")
+
+
+@pytest.mark.parametrize("path", ["driver", "spark"])
+def test_a_sum_past_its_type_refuses_the_step_and_the_table_is_recomputed(spark, warehouse, path):
+    """Spark's SUM of DECIMAL(38,0) past 38 digits is NULL (ANSI off): the state then no longer
+    holds the sum, so every step that would add to it is refused (NOT_EXACT) before anything is
+    written, and the table is recomputed, exact, until the sum is back within its type."""
+    root = f"{warehouse}/{uuid.uuid4().hex[:8]}"
+    big = Decimal(9 * 10 ** 37)
+    source = SyntheticSource(spark, f"{root}/sources/t", "id int, k int, amount decimal(38,0)",
+                             [(i, 0, big) for i in range(3)] + [(10, 1, Decimal(5))])
+    before = spark.conf.get("spark.sql.ansi.enabled")
+    spark.conf.set("spark.sql.ansi.enabled", "false")
+    try:
+        engine = Engine(spark, root, cost_model=False, driver_rows=50_000 if path == "driver" else 0,
+                        arrange_rows=None)
+        engine.source("t")
+        engine.define("by_k", "SELECT k, sum(amount) AS total, count(*) AS n FROM t GROUP BY k")
+        engine.refresh()
+        _exactly(engine, "by_k")  # group 0's sum is NULL, as Spark's own
+        source.insert([(11, 0, Decimal(1)), (12, 1, Decimal(2))])
+        [report] = engine.refresh()
+        assert (report.technique, report.reason.split(":")[0]) == ("rescan", "NOT_EXACT"), report.reason
+        assert "total" in report.reason
+        _exactly(engine, "by_k")
+        source.delete("id IN (0, 1)")  # group 0 is back within its type
+        [report] = engine.refresh()
+        assert (report.technique, report.reason.split(":")[0]) == ("rescan", "NOT_EXACT"), report.reason
+        _exactly(engine, "by_k")
+        source.insert([(13, 0, Decimal(7))])
+        [report] = engine.refresh()
+        assert report.technique == "incremental", report.reason
+        _exactly(engine, "by_k")
+    finally:
+        spark.conf.set("spark.sql.ansi.enabled", before)

@@ -1,0 +1,475 @@
+"""The conformance suite's cases: a column type, the shapes of SQL over it, a change stream, an
+execution path and session settings, run by the engine epoch after epoch and compared with Spark's
+own full computation of the same SQL at the same versions.
+
+A run is one column type under one path and one group of settings: two sources, t(id, k, x) and
+u(id, k, y) with x and y of the type, every shape the type admits defined as a derived table over
+them (each table is a case), then epochs of random changes (duplicate rows, keys moved to NULL and
+back, deletes with re-inserts of the same row, updates to NULL, NaN and -0.0), every table compared
+with its recompute after every epoch. Exact equality; the one tolerance is for SUM and AVG over
+FLOAT and DOUBLE (relative 1e-12, NaN equal to NaN), whose order of addition differs.
+
+`test_conformance.py` draws runs with hypothesis; `make conformance` draws many, and writes each
+case's outcome (EPOCHAL_CONFORMANCE_RESULTS, a JSON-lines file) for the README's matrix
+(`python -m tests.conformance_matrix`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import date, datetime, timezone
+from decimal import Decimal
+
+import pyarrow as pa
+from delta.tables import DeltaTable
+from hypothesis import strategies as st
+from pyspark.sql import functions as F
+
+from epochal import Engine
+from tests.support import Oracle, local_frame
+
+TOLERANCE = 1e-12
+
+
+@dataclass(frozen=True)
+class ColumnType:
+    """A Spark type the suite draws columns of, and what SQL admits over it."""
+
+    sql: str
+    values: st.SearchStrategy
+    numeric: bool = False
+    floating: bool = False
+    comparable: bool = True  # =, GROUP BY, DISTINCT, set operations (not MAP)
+    orderable: bool = True  # MIN, MAX, ORDER BY
+
+    @property
+    def label(self) -> str:
+        return self.sql.split("(")[0].split("<")[0].split(" ")[0].upper() if "collate" not in self.sql.lower() \
+            else "STRING COLLATE UTF8_LCASE"
+
+
+def _integers(bits: int) -> st.SearchStrategy:
+    low, high = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+    if bits == 64:  # sums of a few hundred stay within BIGINT (overflow has a test of its own)
+        low, high = -(2 ** 52), 2 ** 52
+    return st.integers(low, high) | st.sampled_from([0, 1, -1, low, high])
+
+
+def _decimals(precision: int, scale: int) -> st.SearchStrategy:
+    """Values of DECIMAL(precision, scale) whose sums and averages fit their types (Spark's SUM
+    is DECIMAL(p+10, s), its AVG DECIMAL(p+4, s+4), each at most 38 digits)."""
+    digits = min(precision - scale, min(38, precision + 4) - min(38, scale + 4), min(38, precision + 10) - scale - 3)
+    largest = 10 ** (max(digits, 0) + scale) - 1
+    unscaled = st.integers(-largest, largest) | st.sampled_from([0, 1, -1, largest, -largest])
+    return unscaled.map(lambda n: Decimal(n).scaleb(-scale))
+
+
+def _floats(width: int) -> st.SearchStrategy:
+    """Multiples of 1/4 below 2^20 (their sums are exact in any order), and NaN, -0.0, +-infinity."""
+    nice = st.integers(-(2 ** 22), 2 ** 22).map(lambda n: n / 4)
+    return nice | st.sampled_from([math.nan, -0.0, 0.0, math.inf, -math.inf])
+
+
+TEXT = st.sampled_from(["", " ", "a", "A", "a ", "ab", "Ab", "ä", "Ä", "日本", "😀", "b\n", "z"]) | \
+    st.text(alphabet="aAbBä😀 ", max_size=4)
+DATES = st.dates(date(1900, 1, 1), date(2100, 12, 31)) | st.sampled_from([date(1970, 1, 1), date(2000, 2, 29)])
+NAIVE = st.datetimes(datetime(1900, 1, 1), datetime(2100, 1, 1)).map(lambda d: d.replace(microsecond=d.microsecond))
+AWARE = NAIVE.map(lambda d: d.replace(tzinfo=timezone.utc))
+
+
+def decimal_type(precision: int, scale: int) -> ColumnType:
+    return ColumnType(f"decimal({precision},{scale})", _decimals(precision, scale), numeric=True)
+
+
+SCALAR_TYPES = [
+    ColumnType("tinyint", _integers(8), numeric=True),
+    ColumnType("smallint", _integers(16), numeric=True),
+    ColumnType("int", _integers(32), numeric=True),
+    ColumnType("bigint", _integers(64), numeric=True),
+    ColumnType("float", _floats(32), numeric=True, floating=True),
+    ColumnType("double", _floats(64), numeric=True, floating=True),
+    ColumnType("string", TEXT),
+    ColumnType("string collate UTF8_LCASE", TEXT),
+    ColumnType("date", DATES),
+    ColumnType("timestamp", AWARE),
+    ColumnType("timestamp_ntz", NAIVE),
+    ColumnType("boolean", st.booleans()),
+    ColumnType("binary", st.binary(max_size=3)),
+    ColumnType("array<int>", st.lists(st.none() | st.integers(-3, 3), max_size=3)),
+    ColumnType("map<string,int>", st.dictionaries(st.sampled_from(["a", "b", "c"]), st.none() | st.integers(-3, 3),
+                                                  max_size=2), comparable=False, orderable=False),
+    ColumnType("struct<a:int,b:string>", st.tuples(st.none() | st.integers(-3, 3), st.none() | TEXT)),
+]
+
+
+@st.composite
+def column_types(draw) -> ColumnType:
+    if draw(st.integers(0, 3)) == 0:  # a decimal of any width a quarter of the time
+        precision = draw(st.sampled_from([1, 5, 9, 15, 18, 19, 28, 30, 37, 38]) | st.integers(1, 38))
+        scale = draw(st.integers(0, min(precision, 18)))
+        return decimal_type(precision, scale)
+    return draw(st.sampled_from(SCALAR_TYPES))
+
+
+@dataclass(frozen=True)
+class Shape:
+    name: str
+    sql: str
+    approximate: tuple[str, ...] = ()  # output columns compared with TOLERANCE (sums of floating point)
+    representative: bool = False  # its values of x stand for a group (GROUP BY, DISTINCT, a set operation, MIN)
+
+
+def shapes(column: ColumnType) -> list[Shape]:
+    """Every shape of SQL the type admits, over t(id, k, x) and u(id, k, y)."""
+    out = [
+        Shape("filter_project", "SELECT id, k, x, x IS NULL AS missing, coalesce(k, -1) + 1 AS k1 FROM t "
+                                "WHERE k IS NOT NULL OR x IS NOT NULL"),
+        Shape("left_join_on_k", "SELECT t.id, t.x, u.y FROM t LEFT JOIN u ON t.k = u.k"),
+        Shape("count_by_k", "SELECT k, count(*) AS n, count(x) AS nx FROM t GROUP BY k"),
+        Shape("union_all", "SELECT k, x FROM t UNION ALL SELECT k, y FROM u"),
+        Shape("window", "SELECT id, k, x, row_number() OVER (PARTITION BY k ORDER BY id) AS rn, "
+                        "count(x) OVER (PARTITION BY k) AS nk FROM t"),
+        Shape("derived_of_derived", "SELECT k, count(*) AS n FROM c_filter_project GROUP BY k"),
+    ]
+    if column.comparable:
+        out += [
+            Shape("group_by_x", "SELECT x, count(*) AS n, sum(id) AS ids FROM t GROUP BY x", representative=True),
+            Shape("distinct", "SELECT DISTINCT k, x FROM t", representative=True),
+            Shape("count_distinct", "SELECT k, count(DISTINCT x) AS dx FROM t GROUP BY k"),
+            Shape("inner_join_on_x", "SELECT t.id, u.id AS uid, t.x FROM t JOIN u ON t.x = u.y"),
+            Shape("full_join_on_x", "SELECT t.id, u.id AS uid, u.y FROM t FULL OUTER JOIN u ON t.x = u.y"),
+            Shape("semi_join", "SELECT id, x FROM t WHERE EXISTS (SELECT 1 FROM u WHERE u.y = t.x)"),
+            Shape("anti_join", "SELECT id, x FROM t WHERE NOT EXISTS (SELECT 1 FROM u WHERE u.y = t.x)"),
+            Shape("in_subquery", "SELECT id, k FROM t WHERE x IN (SELECT y FROM u)"),
+            Shape("not_in_subquery", "SELECT id, k FROM t WHERE x NOT IN (SELECT y FROM u)"),
+            Shape("union", "SELECT x FROM t UNION SELECT y FROM u", representative=True),
+            Shape("intersect", "SELECT x FROM t INTERSECT SELECT y FROM u", representative=True),
+            Shape("except", "SELECT x FROM t EXCEPT SELECT y FROM u", representative=True),
+        ]
+    if column.orderable:
+        out.append(Shape("min_max_by_k", "SELECT k, min(x) AS lo, max(x) AS hi FROM t GROUP BY k", representative=True))
+    if column.numeric:
+        sums = ("s", "a", "gs", "ga") if column.floating else ()
+        # integers widened first: TINYINT + TINYINT is a TINYINT, which ANSI mode fails on at 127 + 127
+        # in the recompute as in the engine (the user's SQL's error, not the engine's)
+        v = "CAST(x AS BIGINT)" if column.sql in ("tinyint", "smallint", "int", "bigint") else "x"
+        arithmetic = f"SELECT id, {v} + x AS twice, {v} * 3 AS thrice, -{v} AS negated, {v} - 1 AS less FROM t " \
+                     "WHERE x IS NOT NULL"
+        out += [
+            Shape("arithmetic", arithmetic),
+            Shape("sum_avg_by_k", "SELECT k, sum(x) AS s, avg(x) AS a, count(x) AS n FROM t GROUP BY k",
+                  approximate=sums[:2]),
+            Shape("sum_avg_global", "SELECT sum(x) AS gs, avg(x) AS ga, count(*) AS n FROM t", approximate=sums[2:]),
+            Shape("sum_over_join", "SELECT u.k, sum(t.x) AS s, avg(u.y) AS a FROM t JOIN u ON t.k = u.k GROUP BY u.k",
+                  approximate=sums[:2]),
+        ]
+    return out
+
+
+# ---- changes ----------------------------------------------------------------------------------------
+KEYS = st.none() | st.integers(0, 3)
+
+
+def row_of(column: ColumnType) -> st.SearchStrategy:
+    return st.tuples(st.integers(0, 10 ** 6), KEYS, st.none() | column.values)
+
+
+def operations(column: ColumnType) -> st.SearchStrategy:
+    row = row_of(column)
+    return st.one_of(
+        st.tuples(st.just("insert"), st.lists(row, min_size=1, max_size=4)),
+        st.tuples(st.just("insert_duplicate"), st.integers(0, 50)),
+        st.tuples(st.just("delete"), st.integers(0, 50)),
+        st.tuples(st.just("update"), st.integers(0, 50), st.none() | column.values),
+        st.tuples(st.just("key_to_null"), st.integers(0, 3)),
+        st.tuples(st.just("key_from_null"), st.integers(0, 3)),
+        st.tuples(st.just("reinsert"), st.integers(0, 50)),
+    )
+
+
+@dataclass
+class Run:
+    """One run's draw: its column type, path, settings and changes."""
+
+    column: ColumnType
+    path: str  # "driver" or "spark"
+    arranged: bool  # arrangements forced (arrange_rows=0) or none
+    ansi: bool
+    precision_loss: bool
+    zone_change: bool  # the session time zone changes before the last epoch
+    initial: tuple[list, list]
+    epochs: list[tuple[list, list]]
+    large: bool = False  # one epoch inserts a few hundred rows
+    only: tuple[str, ...] | None = None  # the shapes run (None: every shape the type admits)
+
+    def shapes(self) -> list[Shape]:
+        every = shapes(self.column)
+        if self.only is None:
+            return every
+        wanted = set(self.only) | ({"filter_project"} if "derived_of_derived" in self.only else set())
+        return [shape for shape in every if shape.name in wanted]
+
+    def describe(self) -> str:
+        return (f"{self.column.sql} ({', '.join(s.name for s in self.shapes())}) on the {self.path} path, arrangements {'forced' if self.arranged else 'off'}, "
+                f"ANSI {'on' if self.ansi else 'off'}, precision loss {'on' if self.precision_loss else 'off'}"
+                f"{', time zone changed' if self.zone_change else ''}")
+
+
+@st.composite
+def runs(draw, column: ColumnType | None = None, epochs: tuple[int, int] = (2, 3), most_shapes: int | None = None) -> Run:
+    """A drawn run; `most_shapes`: at most that many of the type's shapes, drawn (None: all)."""
+    column = column or draw(column_types())
+    names = [shape.name for shape in shapes(column)]
+    only = tuple(draw(st.lists(st.sampled_from(names), min_size=1, max_size=most_shapes, unique=True))) \
+        if most_shapes is not None else None
+    initial = (draw(st.lists(row_of(column), min_size=3, max_size=12)), draw(st.lists(row_of(column), min_size=2, max_size=8)))
+    ops = operations(column)
+    drawn = draw(st.lists(st.tuples(st.lists(ops, min_size=1, max_size=4), st.lists(ops, max_size=2)),
+                          min_size=epochs[0], max_size=epochs[1]))
+    return Run(column, draw(st.sampled_from(["driver", "spark"])), draw(st.booleans()), draw(st.booleans()),
+               draw(st.booleans()), draw(st.integers(0, 4)) == 0, initial, drawn, large=draw(st.integers(0, 3)) == 0,
+               only=only)
+
+
+class Source:
+    """A source Delta table of (id, k, value) with a change data feed, changed by real commits:
+    appends, DELETE, and MERGE for updates (Delta records update pre- and post-images)."""
+
+    def __init__(self, spark, path: str, value: str, column: ColumnType, rows: list):
+        self.spark, self.path, self.column = spark, path, column
+        self.schema = spark.createDataFrame([], f"id bigint, k int, {value} {column.sql}").schema
+        self.value = value
+        self._frame(rows).write.format("delta").option("delta.enableChangeDataFeed", "true").save(path)
+
+    def _frame(self, rows: list):
+        return local_frame(self.spark, [self._typed(r) for r in rows], self.schema)
+
+    def _typed(self, row):
+        value = row[2]
+        if value is not None and self.column.sql.startswith("struct"):
+            value = {"a": value[0], "b": value[1]}
+        return (row[0], row[1], value)
+
+    def ids(self) -> list[int]:
+        """The rows' ids, by delta-rs (a Spark read of a version just written costs jobs)."""
+        from deltalake import DeltaTable as DeltaRs
+
+        try:
+            return sorted(DeltaRs(self.path).to_pyarrow_table(columns=["id"]).column("id").to_pylist())
+        except Exception:  # noqa: BLE001 - a table feature delta-rs lacks
+            return sorted(r["id"] for r in self.spark.read.format("delta").load(self.path).select("id").collect())
+
+    def apply(self, op) -> None:
+        table = DeltaTable.forPath(self.spark, self.path)
+        ids = self.ids()
+        pick = (lambda n: ids[n % len(ids)]) if ids else (lambda n: None)
+        kind = op[0]
+        if kind == "insert":
+            self._frame(op[1]).write.format("delta").mode("append").save(self.path)
+        elif kind == "insert_duplicate" and ids:
+            table.toDF().filter(F.col("id") == pick(op[1])).limit(1).write.format("delta").mode("append").save(self.path)
+        elif kind == "delete" and ids:
+            table.delete(F.col("id") == pick(op[1]))
+        elif kind == "update" and ids:
+            new = self._frame([(pick(op[1]), None, op[2])]).select("id", self.value)
+            table.alias("t").merge(new.alias("s"), "t.id = s.id").whenMatchedUpdate(
+                set={self.value: f"s.`{self.value}`"}).execute()
+        elif kind == "key_to_null":
+            table.update(F.col("k") == op[1], {"k": F.lit(None).cast("int")})
+        elif kind == "key_from_null":
+            table.update(F.col("k").isNull(), {"k": F.lit(op[1])})
+        elif kind == "reinsert" and ids:  # delete rows and insert the same rows again, in one epoch
+            held = table.toDF().filter(F.col("id") == pick(op[1])).toArrow()
+            table.delete(F.col("id") == pick(op[1]))
+            if held.num_rows:
+                self.spark.createDataFrame(held, schema=self.schema).write.format("delta").mode("append").save(self.path)
+
+
+# ---- comparison ------------------------------------------------------------------------------------
+def freeze(value):
+    """A value as a hashable, comparable key: NaN equal to NaN, -0.0 equal to 0.0 (as Spark's
+    grouping holds them), instants in UTC, collections as tuples."""
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "NaN"
+        return value + 0.0
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        return value.astimezone(timezone.utc).replace(tzinfo=None)
+    if isinstance(value, dict):
+        return tuple(sorted((freeze(k), freeze(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(freeze(v) for v in value)
+    return value
+
+
+def bag(data: pa.Table, names: list[str], folded: frozenset = frozenset()) -> Counter:
+    """The rows as a multiset, values as Spark compares them: the `folded` columns (strings of a
+    case-insensitive collation, where Spark's GROUP BY or DISTINCT keeps any one spelling of a
+    group) in lower case."""
+    columns = [data.column(n).to_pylist() for n in names]
+    columns = [[v.lower() if isinstance(v, str) else v for v in column] if n in folded else column
+               for n, column in zip(names, columns)]
+    return Counter(tuple(freeze(v) for v in row) for row in zip(*columns))
+
+
+def folded_columns(schema, shape: "Shape") -> frozenset:
+    """The columns compared case-insensitively: strings of a case-insensitive collation where
+    the shape's values stand for a group (elsewhere a table must hold the very spelling)."""
+    if not shape.representative:
+        return frozenset()
+    return frozenset(f.name for f in schema.fields
+                     if getattr(f.dataType, "collation", "UTF8_BINARY") not in ("UTF8_BINARY", None))
+
+
+def _close(a, b) -> bool:
+    if a == b:
+        return True
+    if isinstance(a, float) and isinstance(b, float):
+        if math.isinf(a) or math.isinf(b):
+            return False
+        return abs(a - b) <= TOLERANCE * max(abs(a), abs(b))
+    return False
+
+
+def differences(got: Counter, want: Counter, names: list[str], approximate: tuple[str, ...]) -> str | None:
+    """None when the bags are equal (the `approximate` columns within TOLERANCE); else a readable
+    difference."""
+    if got == want:
+        return None
+    extra, missing = list((got - want).elements()), list((want - got).elements())
+    if approximate and len(extra) == len(missing):
+        loose = [i for i, n in enumerate(names) if n in approximate]
+        exact = lambda row: tuple(v for i, v in enumerate(row) if i not in loose)  # noqa: E731
+        unmatched = list(missing)
+        for row in extra:
+            match = next((m for m in unmatched if exact(m) == exact(row) and
+                          all(_close(row[i], m[i]) for i in loose)), None)
+            if match is None:
+                break
+            unmatched.remove(match)
+        else:
+            return None
+    return f"{len(extra)} rows too many: {extra[:4]}; {len(missing)} missing: {missing[:4]}"
+
+
+def stored(engine, name: str) -> pa.Table:
+    """The table as of its last epoch: by delta-rs, or by Spark where delta-rs cannot read it."""
+    from deltalake import DeltaTable as DeltaRs
+
+    table = engine.table(name)
+    version = table.ledger.last_committed().output_version
+    try:
+        return DeltaRs(table.path, version=version).to_pyarrow_table()
+    except Exception:  # noqa: BLE001 - a table feature delta-rs lacks (collations)
+        return engine.spark.read.format("delta").option("versionAsOf", version).load(table.path).toArrow()
+
+
+# ---- a run -----------------------------------------------------------------------------------------
+@dataclass
+class Outcome:
+    """Per table (case) of a run: every epoch's technique and reason, and the first mismatch."""
+
+    run: Run
+    cases: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    mismatches: list[str] = field(default_factory=list)
+    errors: dict[str, str] = field(default_factory=dict)
+
+    def records(self, shapes_by_table: dict[str, Shape]) -> list[dict]:
+        out = []
+        for name, steps in self.cases.items():
+            incremental = [s for s in steps[1:] if s[0] != "noop"]
+            reasons = sorted({reason.split(":")[0] for technique, reason in incremental if technique == "rescan"})
+            out.append({"type": self.run.column.label, "sql_type": self.run.column.sql,
+                        "shape": shapes_by_table[name].name, "path": self.run.path, "arranged": self.run.arranged,
+                        "ansi": self.run.ansi, "precision_loss": self.run.precision_loss,
+                        "zone_change": self.run.zone_change,
+                        "steps": len(incremental), "rescans": reasons,
+                        "mismatch": [m for m in self.mismatches if m.startswith(name + ":")],
+                        "error": self.errors.get(name)})
+        return out
+
+
+SETTINGS = {"ansi": "spark.sql.ansi.enabled", "precision_loss": "spark.sql.decimalOperations.allowPrecisionLoss",
+            "zone": "spark.sql.session.timeZone"}
+
+
+def run_case(spark, warehouse: str, run: Run) -> tuple[Outcome, dict[str, Shape]]:
+    """Run `run` and compare every table with its recompute after every epoch. The session's
+    settings are the run's for its duration."""
+    before = {key: spark.conf.get(name) for key, name in SETTINGS.items()}
+    spark.conf.set(SETTINGS["ansi"], str(run.ansi).lower())
+    spark.conf.set(SETTINGS["precision_loss"], str(run.precision_loss).lower())
+    spark.conf.set(SETTINGS["zone"], "UTC")
+    try:
+        return _run(spark, warehouse, run)
+    finally:
+        for key, value in before.items():
+            spark.conf.set(SETTINGS[key], value)
+
+
+def _run(spark, warehouse: str, run: Run) -> tuple[Outcome, dict[str, Shape]]:
+    root = f"{warehouse}/{uuid.uuid4().hex[:8]}"
+    t = Source(spark, f"{root}/sources/t", "x", run.column, run.initial[0])
+    u = Source(spark, f"{root}/sources/u", "y", run.column, run.initial[1])
+    engine = Engine(spark, root, cost_model=False, driver_rows=50_000 if run.path == "driver" else 0,
+                    arrange_rows=0 if run.arranged else None)
+    engine.source("t")
+    engine.source("u")
+    by_table = {f"c_{shape.name}": shape for shape in run.shapes()}
+    outcome = Outcome(run)
+    for name, shape in by_table.items():
+        sql = shape.sql
+        try:
+            engine.define(name, sql)
+        except Exception as error:  # noqa: BLE001 - a refusal at definition time is a finding
+            outcome.errors[name] = f"{type(error).__name__}: {error}"
+    defined = [n for n in by_table if n not in outcome.errors]
+    outcome.cases = {name: [] for name in defined}
+
+    def epoch(context: str) -> None:
+        reports = engine.refresh(defined)
+        for report in reports:
+            outcome.cases[report.table].append((report.technique, report.reason or ""))
+        oracle = Oracle(engine)
+        for name in defined:
+            schema = engine.table(name).schema
+            names, folded = [f.name for f in schema.fields], folded_columns(schema, by_table[name])
+            got = bag(stored(engine, name), names, folded)
+            want = bag(oracle.frame(name).toArrow(), names, folded)
+            problem = differences(got, want, names, by_table[name].approximate)
+            if problem:
+                outcome.mismatches.append(f"{name}: {context}: {problem}")
+
+    epoch("after the first epoch")
+    for number, (t_ops, u_ops) in enumerate(run.epochs, start=2):
+        for op in t_ops:
+            t.apply(op)
+        for op in u_ops:
+            u.apply(op)
+        if run.large and number == 2:
+            t.apply(("insert", [(10 ** 7 + i, i % 4, None) for i in range(300)]))
+        if run.zone_change and number == len(run.epochs) + 1:
+            spark.conf.set(SETTINGS["zone"], "America/Los_Angeles")
+        epoch(f"after epoch {number}: t {t_ops} u {u_ops}")
+    return outcome, by_table
+
+
+def record(outcome: Outcome, by_table: dict[str, Shape]) -> None:
+    """Append the run's cases to EPOCHAL_CONFORMANCE_RESULTS, where it is set."""
+    target = os.environ.get("EPOCHAL_CONFORMANCE_RESULTS")
+    if not target:
+        return
+    with open(target, "a") as out:
+        for entry in outcome.records(by_table):
+            out.write(json.dumps(entry) + "\n")
+
+
+def expected_rescans(run: Run, step_number: int) -> set[str]:
+    """The rescan reasons a run may show at an epoch: a changed time zone."""
+    return {"SETTINGS_CHANGED"} if run.zone_change and step_number == len(run.epochs) else set()
+
