@@ -35,7 +35,9 @@ def connect_server(tmp_path_factory):
     port = free_port()
     command = connect_server_command(port, host=LOOPBACK, master="local[2]", driver_memory="4g",
                                      extra_conf={"spark.sql.shuffle.partitions": "2"})
-    with server(command, logs / "server.log", port, timeout=300) as process:
+    # the server's Python workers (a UDF on Spark's path) run this interpreter, as a local session's do
+    env = loopback_env(PYSPARK_PYTHON=sys.executable)
+    with server(command, logs / "server.log", port, env=env, timeout=300) as process:
         yield f"sc://{LOOPBACK}:{port}", process, logs
 
 
