@@ -20,7 +20,7 @@ from sqlglot.optimizer.qualify import qualify
 
 from .errors import DefinitionError, Unsupported
 from .fingerprint import fingerprint, output_aliases
-from .graph import Node
+from .graph import Node, Scan, walk
 from .optimize import optimize
 from .plan import Planner, TableInfo
 
@@ -213,6 +213,20 @@ def _qualify(name: str, tree: exp.Expression, schemas: dict[str, dict[str, str]]
         ) from None
 
 
+def map_columns(plan: Node, schemas: dict[str, dict[str, str]]) -> str | None:
+    """The blocker of a plan that reads a MAP column (at any depth of its type): Spark cannot
+    group, compare or diff maps, and a change batch is consolidated by grouping its rows."""
+    lowered = {t.lower(): {c.lower(): ty for c, ty in cols.items()} for t, cols in schemas.items()}
+    for node in walk(plan):
+        if isinstance(node, Scan):
+            for column in node.fields:
+                kind = lowered.get(node.table.lower(), {}).get(column.lower(), "")
+                if "map<" in kind.lower():
+                    return (f"MAP column {node.table}.{column} ({kind}): Spark cannot group or compare maps, "
+                            "which consolidating a change needs")
+    return None
+
+
 def compile_definition(
     name: str, sql: str, tables: dict[str, TableInfo], schemas: dict[str, dict[str, str]], rewrites=None,
 ) -> Compiled:
@@ -231,6 +245,9 @@ def compile_definition(
         naive = Planner({t: tables[t] for t in inputs}).query(qualified, top=True).node
     except Unsupported as unsupported:
         return Compiled(**compiled, blocker=unsupported.construct)
+    ungroupable = map_columns(naive, schemas)
+    if ungroupable:
+        return Compiled(**compiled, naive=naive, blocker=ungroupable)
     plan, passes = optimize(naive) if rewrites is None else optimize(naive, rewrites)
     from .rules import blocker  # the rules need Spark; the rest of compiling does not
 

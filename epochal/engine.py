@@ -13,6 +13,7 @@ outside tool drive the engine through this class; it imports nothing from Dagste
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import time
@@ -203,6 +204,9 @@ class Engine:
         compiled = compile_definition(name, sql, known, schemas, self.passes)
         self._check_cycle(name, compiled.inputs)
         schema = self._analyze(name, compiled)
+        if compiled.plan is not None and any("map<" in f.dataType.simpleString() for f in schema.fields):
+            compiled = dataclasses.replace(compiled, plan=None, blocker=(
+                "a MAP output column: Spark cannot group or compare maps, which consolidating a change needs"))
         table = Table(
             name=name,
             compiled=compiled,

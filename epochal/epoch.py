@@ -478,8 +478,9 @@ def _require_state_writes(ctx: Context) -> None:
 def _rescan_change(engine, table, inputs, ctx: Context | None, keep_state: bool = True):
     """Recompute in full and diff against the table's current contents (whatever they are, so a
     rescan also repairs a table a crashed or abandoned step left half-written). Returns (change,
-    base, full, diff). A table that does not exist yet, or whose schema changes, gets `full`
-    instead of a change: the whole result is written once, with nothing to diff against. A diff
+    base, full, diff). A table that does not exist yet, whose schema changes or that holds a MAP
+    column gets `full` instead of a change: the whole result is written once, with nothing to diff
+    against (Spark cannot group maps). A diff
     of a small result against a small table is computed on the driver (`diff`, change None)."""
     spark = engine.spark
     columns = [f.name for f in table.schema.fields]
@@ -489,7 +490,8 @@ def _rescan_change(engine, table, inputs, ctx: Context | None, keep_state: bool 
     log = DeltaLog.open(table.path, engine.storage_options)
     current = spark.read.format("delta").load(table.path) if log is not None else None
     if current is None or [(f.name, f.dataType) for f in current.schema.fields] != [
-            (f.name, f.dataType) for f in table.schema.fields]:
+            (f.name, f.dataType) for f in table.schema.fields] or \
+            any("map<" in f.dataType.simpleString() for f in table.schema.fields):  # a MAP: nothing to diff by
         return None, None, full, None
     diff = _diff_on_driver(engine, table, full, log.version)
     if diff is not None:
