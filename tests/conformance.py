@@ -88,6 +88,8 @@ def decimal_type(precision: int, scale: int) -> ColumnType:
     return ColumnType(f"decimal({precision},{scale})", _decimals(precision, scale), numeric=True)
 
 
+# No STRING COLLATE UTF8_LCASE: Delta 4.4 refuses a collated column in a table (DELTA_UNSUPPORTED_DATA_TYPES),
+# a source's or a derived table's; the comparison below still folds such a column where a table has one.
 SCALAR_TYPES = [
     ColumnType("tinyint", _integers(8), numeric=True),
     ColumnType("smallint", _integers(16), numeric=True),
@@ -96,7 +98,6 @@ SCALAR_TYPES = [
     ColumnType("float", _floats(32), numeric=True, floating=True),
     ColumnType("double", _floats(64), numeric=True, floating=True),
     ColumnType("string", TEXT),
-    ColumnType("string collate UTF8_LCASE", TEXT),
     ColumnType("date", DATES),
     ColumnType("timestamp", AWARE),
     ColumnType("timestamp_ntz", NAIVE),
