@@ -245,10 +245,10 @@ def compile_definition(
         naive = Planner({t: tables[t] for t in inputs}).query(qualified, top=True).node
     except Unsupported as unsupported:
         return Compiled(**compiled, blocker=unsupported.construct)
-    ungroupable = map_columns(naive, schemas)
+    plan, passes = optimize(naive) if rewrites is None else optimize(naive, rewrites)
+    ungroupable = map_columns(plan, schemas)  # the optimized plan's scans read only the columns used
     if ungroupable:
         return Compiled(**compiled, naive=naive, blocker=ungroupable)
-    plan, passes = optimize(naive) if rewrites is None else optimize(naive, rewrites)
     from .rules import blocker  # the rules need Spark; the rest of compiling does not
 
     missing = blocker(plan)

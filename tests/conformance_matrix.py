@@ -27,31 +27,36 @@ def cell(cases: list[dict]) -> str:
         return f"**MISMATCH** {bad} of {len(cases)}"
     reasons = Counter(r for c in cases for r in c["rescans"] if r != "SETTINGS_CHANGED")
     if reasons:
-        return f"recomputed: {', '.join(sorted(reasons))} ({len(cases)})"
-    return f"incremental, exact ({len(cases)})"
+        return f"recomputed ({', '.join(sorted(reasons))}), {len(cases)}"
+    return f"exact, {len(cases)}"
 
 
 def render(cases: list[dict]) -> str:
+    """Shapes down, types across: each cell "exact, N" (maintained incrementally and equal to the
+    recompute after every epoch, in N cases), "recomputed (REASON), N", or "-" (not drawn yet, or
+    a shape the type does not admit)."""
     types = sorted({c["type"] for c in cases})
     shapes = sorted({c["shape"] for c in cases})
     grid = defaultdict(list)
     for case in cases:
         grid[(case["type"], case["shape"])].append(case)
-    paths = Counter((c["path"], "arranged" if c["arranged"] else "plain") for c in cases)
+    paths = Counter((c["path"], "arrangements forced" if c["arranged"] else "no arrangements") for c in cases)
     settings = Counter(("ANSI on" if c["ansi"] else "ANSI off", "precision loss on" if c["precision_loss"] else
                         "precision loss off") for c in cases)
     zones = sum(1 for c in cases if c["zone_change"])
     steps = sum(c["steps"] for c in cases)
     lines = [BEGIN, "",
-             f"{len(cases)} cases ({steps} incremental epochs compared with Spark's recompute), "
+             f"{len(cases)} cases, {steps} incremental epochs compared with Spark's recompute, "
              f"{sum(1 for c in cases if c['mismatch'] or c['error'])} mismatches. "
-             "Paths: " + ", ".join(f"{p} {a} {n}" for (p, a), n in sorted(paths.items())) + ". "
-             "Settings: " + ", ".join(f"{a}, {b}: {n}" for (a, b), n in sorted(settings.items())) +
-             f"; a time zone change in {zones}. DECIMAL cases of every precision and scale drawn are counted together.",
-             "", "| type | " + " | ".join(shapes) + " |", "|---|" + "---|" * len(shapes)]
-    for kind in types:
-        row = [cell(grid[(kind, shape)]) if grid[(kind, shape)] else "n/a" for shape in shapes]
-        lines.append(f"| {kind} | " + " | ".join(row) + " |")
+             "Paths: " + ", ".join(f"{p} path with {a} {n}" for (p, a), n in sorted(paths.items())) + ". "
+             "Settings: " + ", ".join(f"{a} and {b} {n}" for (a, b), n in sorted(settings.items())) +
+             f"; a time zone change before the last epoch in {zones}. A cell: `exact, N` is maintained "
+             "incrementally and equal to the recompute after every epoch in N cases; `recomputed (REASON), N` is "
+             "rescanned every epoch for that reason, exact; `-` not drawn yet or not admitted by the type.",
+             "", "| shape | " + " | ".join(types) + " |", "|---|" + "---|" * len(types)]
+    for shape in shapes:
+        row = [cell(grid[(kind, shape)]) if grid[(kind, shape)] else "-" for kind in types]
+        lines.append(f"| {shape} | " + " | ".join(row) + " |")
     decimals = Counter(c["sql_type"] for c in cases if c["type"] == "DECIMAL")
     if decimals:
         lines += ["", "DECIMAL types drawn (cases): " + ", ".join(f"{t} ({n})" for t, n in sorted(decimals.items()))]
