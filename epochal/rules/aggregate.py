@@ -315,7 +315,7 @@ class AggregateRule(Rule):
     def _overflow_checks(self, node: Aggregate, ctx) -> list[tuple[str, str, str]]:
         """Per SUM or AVG, a refusal where its running sum went past its type (NULL in the state
         while the group has values): from then on the state cannot answer as the recompute would."""
-        return [(f"the running sum of {agg.name} ({agg.func}({agg.arg})) went past its type "
+        return [(f"the running sum of {agg.func}({agg.arg}) went past its type "
                  f"{self._sum_type(node, ctx, agg).simpleString()} in {ctx.state_name(node)}",
                  f"`{agg.name}__n` > 0 AND `{agg.name}__s` IS NULL", NOT_EXACT)
                 for agg in node.aggs if agg.func in ("sum", "avg") and not agg.distinct]
