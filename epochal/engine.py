@@ -431,6 +431,7 @@ class Engine:
                 return [protocol.run(view, self.table(name), epoch, full_refresh=full_refresh) for name in names]
         reports: dict[str, Report] = {}
         pending, running, errors = list(names), {}, []
+        caller_settings = settings.current(self.spark)
         with ThreadPoolExecutor(max_workers=self.parallelism, thread_name_prefix="epochal") as pool:
             while (pending and not errors) or running:
                 busy = set(pending) | set(running.values())
@@ -438,7 +439,7 @@ class Engine:
                 for name in ready:
                     pending.remove(name)
                     session = self.spark.newSession()
-                    settings.copy(self.spark, session)  # a new session starts from Spark's defaults
+                    settings.apply(caller_settings, session)
                     for key, value in confs.items():
                         session.conf.set(key, value)
                     view = _SessionView(self, session, reads)

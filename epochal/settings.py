@@ -40,10 +40,20 @@ RESULT_SETTINGS = (
 )
 
 
+_ABSENT: dict[str, set[str]] = {}  # by Spark version: the settings it does not have
+
+
 def _value(spark, name: str) -> str | None:
+    """The setting's value in `spark`, None where this Spark has no such setting. That is learnt
+    once per Spark version: asking for a setting Spark lacks raises, and turning the JVM's error
+    into Python's costs far more than the question (through Connect, it also logs the error)."""
+    absent = _ABSENT.setdefault(spark.version, set())
+    if name in absent:
+        return None
     try:
         value = spark.conf.get(name)
     except Exception:  # noqa: BLE001 - a setting this Spark does not have
+        absent.add(name)
         return None
     return None if value is None else str(value)
 
@@ -70,9 +80,9 @@ def difference(recorded: dict | None, now: dict[str, str | None]) -> str | None:
     return "; ".join(changed) or None
 
 
-def copy(source, target) -> None:
-    """Set in `target` (a child session: Spark's newSession starts from the defaults) the result
-    settings `source` has, so that a step computes under the caller's settings."""
-    for name, value in current(source).items():
-        if value is not None and _value(target, name) != value:
+def apply(values: dict[str, str | None], target) -> None:
+    """Set `values` (`current` of the caller's session) in `target`, a child session (Spark's
+    newSession starts from the defaults), so that a step computes under the caller's settings."""
+    for name, value in values.items():
+        if value is not None:
             target.conf.set(name, value)

@@ -122,12 +122,30 @@ def column_named(sql: str) -> ColumnType:
 
 
 @st.composite
+def decimal_types(draw) -> ColumnType:
+    """DECIMAL(p,s) of any width, the widths where Spark's arithmetic changes rule drawn often."""
+    precision = draw(st.sampled_from([1, 5, 9, 15, 18, 19, 28, 30, 37, 38]) | st.integers(1, 38))
+    scale = draw(st.integers(0, min(precision, 18)))
+    return decimal_type(precision, scale)
+
+
+@st.composite
 def column_types(draw) -> ColumnType:
     if draw(st.integers(0, 3)) == 0:  # a decimal of any width a quarter of the time
-        precision = draw(st.sampled_from([1, 5, 9, 15, 18, 19, 28, 30, 37, 38]) | st.integers(1, 38))
-        scale = draw(st.integers(0, min(precision, 18)))
-        return decimal_type(precision, scale)
+        return draw(decimal_types())
     return draw(st.sampled_from(SCALAR_TYPES))
+
+
+TYPE_NAMES = tuple(column.sql for column in SCALAR_TYPES) + ("decimal",)  # decimal: of a drawn width
+
+
+def type_strategy(name: str | None) -> st.SearchStrategy:
+    """The column types `name` stands for: one of TYPE_NAMES, decimal(p,s), or None (any type)."""
+    if name is None:
+        return column_types()
+    if name == "decimal":
+        return decimal_types()
+    return st.just(column_named(name))
 
 
 @dataclass(frozen=True)
@@ -235,12 +253,14 @@ class Run:
 
 
 @st.composite
-def runs(draw, column: ColumnType | None = None, epochs: tuple[int, int] = (2, 3), most_shapes: int | None = None) -> Run:
-    """A drawn run; `most_shapes`: at most that many of the type's shapes, drawn (None: all).
-    Hypothesis tries its simplest example first, the same every time (a one-digit decimal, one
-    shape, no changes to speak of): rejected, every example is a random one."""
+def runs(draw, columns: st.SearchStrategy | None = None, epochs: tuple[int, int] = (2, 3),
+         most_shapes: int | None = None) -> Run:
+    """A drawn run of a column type drawn from `columns` (None: any); `most_shapes`: at most that
+    many of the type's shapes, drawn (None: all). Hypothesis tries its simplest example first, the
+    same every time (a one-digit decimal, one shape, no changes to speak of): rejected, every
+    example is a random one."""
     assume(draw(st.integers(0, 2 ** 31)) != 0)
-    column = column or draw(column_types())
+    column = draw(columns if columns is not None else column_types())
     names = [shape.name for shape in shapes(column)]
     only = tuple(draw(st.lists(st.sampled_from(names), min_size=1, max_size=most_shapes, unique=True))) \
         if most_shapes is not None else None

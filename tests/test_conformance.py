@@ -1,10 +1,14 @@
 """The conformance suite (tests/conformance.py): a drawn column type, every shape of SQL it
 admits, a random change stream, a path (driver or Spark, arrangements forced or none) and session
 settings (ANSI, decimal precision loss, a time zone change), each table compared with Spark's full
-computation of its SQL after every epoch. `make test` draws EPOCHAL_CONFORMANCE_EXAMPLES runs (1)
-anew every time (hypothesis prints the seed of a failure); `make conformance` draws many in
-EPOCHAL_CONFORMANCE_SHARDS test items (one per worker) and, with EPOCHAL_CONFORMANCE_KEEP_GOING,
-records every mismatch for the matrix instead of stopping at the first."""
+computation of its SQL after every epoch.
+
+`make test` draws one run of any type anew every time (hypothesis prints the seed of a failure).
+`make conformance` sets EPOCHAL_CONFORMANCE_ROUNDS: each round is one test item per column type
+(every type of the suite, and decimals of drawn widths), each drawing EPOCHAL_CONFORMANCE_EXAMPLES
+runs, so every type is covered evenly however far the run gets. With
+EPOCHAL_CONFORMANCE_KEEP_GOING it records every mismatch for the matrix instead of stopping at
+the first. EPOCHAL_CONFORMANCE_TYPE narrows either to one type, as Spark spells it."""
 
 from __future__ import annotations
 
@@ -12,15 +16,17 @@ import os
 
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
 
-from tests.conformance import column_named, expected_rescans, record, run_case, runs
+from tests.conformance import TYPE_NAMES, expected_rescans, record, run_case, runs, type_strategy
 
+LONG = bool(os.environ.get("EPOCHAL_CONFORMANCE_ROUNDS"))
 EXAMPLES = int(os.environ.get("EPOCHAL_CONFORMANCE_EXAMPLES", "1"))
 # make test's slice: a few of the type's shapes, two epochs; make conformance: every shape, up to three
-SLICE = {} if os.environ.get("EPOCHAL_CONFORMANCE_EXAMPLES") else {"epochs": (2, 2), "most_shapes": 8}
-if os.environ.get("EPOCHAL_CONFORMANCE_TYPE"):  # one type only, as Spark spells it: decimal(38,10), map<string,int>
-    SLICE["column"] = column_named(os.environ["EPOCHAL_CONFORMANCE_TYPE"])
-SHARDS = int(os.environ.get("EPOCHAL_CONFORMANCE_SHARDS", "1"))
+SLICE = {} if LONG else {"epochs": (2, 2), "most_shapes": 8}
+ONE_TYPE = os.environ.get("EPOCHAL_CONFORMANCE_TYPE")
+ITEMS = [(number, name) for number in range(int(os.environ["EPOCHAL_CONFORMANCE_ROUNDS"]))
+         for name in ([ONE_TYPE] if ONE_TYPE else TYPE_NAMES)] if LONG else [(0, ONE_TYPE)]
 KEEP_GOING = bool(os.environ.get("EPOCHAL_CONFORMANCE_KEEP_GOING"))
 ALLOWED = {"NOT_INCREMENTAL"}  # recomputed with a stated reason: exact, and shown in the matrix
 
@@ -35,12 +41,13 @@ def problems(run, outcome) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("shard", range(SHARDS))
+@pytest.mark.parametrize("round_number, type_name", ITEMS, ids=[f"{n}-{t or 'any'}" for n, t in ITEMS])
 @settings(max_examples=EXAMPLES, deadline=None, phases=[Phase.explicit, Phase.generate],  # a run does not shrink well
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
                                  HealthCheck.data_too_large, HealthCheck.large_base_example])
-@given(run=runs(**SLICE))
-def test_every_case_equals_its_recompute_after_every_epoch(spark, warehouse, shard, run):
+@given(data=st.data())
+def test_every_case_equals_its_recompute_after_every_epoch(spark, warehouse, round_number, type_name, data):
+    run = data.draw(runs(type_strategy(type_name), **SLICE), label="run")
     print(run.describe())
     outcome, by_table = run_case(spark, warehouse, run)
     record(outcome, by_table)
