@@ -1,4 +1,4 @@
-"""The engine's public API (DESIGN.md section 8). Tests, benchmarks, the Dagster assets and any
+"""The engine's public API (docs/architecture.md, section 8). Tests, benchmarks, the Dagster assets and any
 outside tool drive the engine through this class; it imports nothing from Dagster.
 
     engine = Engine(spark, warehouse="/path/or/uri")

@@ -1,4 +1,4 @@
-"""The epoch protocol for one table (DESIGN.md section 4), all in this file.
+"""The epoch protocol for one table (docs/architecture.md, section 3), all in this file.
 
 1. Reclock: the caller hands a frozen remap entry (`Epoch`).
 2. Decide: noop (no input changed: recorded without a Spark job), incremental, or rescan with a

@@ -2,7 +2,7 @@
 
 The naive graph and the optimized one (with the passes that changed it), each operator's delta
 rule and state, the output key the MERGE uses, what is decided at run time, the rescan triggers
-per input, and the invalidation sets (seed 001) of the table's sources, computed when the
+per input, and the invalidation sets (docs/architecture.md, section 4) of the table's sources, computed when the
 definitions loaded.
 """
 

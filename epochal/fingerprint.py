@@ -1,4 +1,5 @@
-"""Definition fingerprints (seed 000 section 5.2): a hash of the qualified, normalized SQL tree.
+"""Definition fingerprints: a hash of the qualified, normalized SQL tree ("How Pulley Produces
+Incremental Output"; docs/architecture.md, section 4).
 
 Whitespace, comments, keyword case and the order of commutative parts (AND-ed and OR-ed terms, the
 two sides of an equality, the inputs of an inner join, GROUP BY keys) do not change it; anything

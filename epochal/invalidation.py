@@ -1,4 +1,5 @@
-"""Invalidation sets (seed 001, Bud): computed once, when the definitions load, not per epoch.
+"""Invalidation sets, computed once, when the definitions load, not per epoch ("Notes on
+Invalidate and Rescan in Bud"; docs/architecture.md, section 4).
 
 For every table that others read (each source, and each derived table with readers): if its change
 feed became unusable (vacuumed, switched off, the table rewritten), which derived tables would have

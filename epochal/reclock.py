@@ -1,4 +1,5 @@
-"""Reclocking (seed 002): the durable remap from source versions (FromTime) to epochs (IntoTime).
+"""Reclocking: the durable remap from source versions (FromTime) to epochs (IntoTime), after
+Materialize's reclocking (docs/architecture.md, section 7).
 
 For epoch `e` and source `s` the frontier R(e, s) is the first version of `s` not included in `e`;
 `e` covers versions [R(e-1, s), R(e, s)). A time-window epoch ending at `end` has

@@ -1,4 +1,4 @@
-"""Rescan triggers (DESIGN.md section 5): whether an epoch step can use its inputs' change batches
+"""Rescan triggers (docs/architecture.md, section 6): whether an epoch step can use its inputs' change batches
 and its state, decided before anything is written.
 
 `_decide` in epoch.py settles FIRST_RUN, QUERY_CHANGED, REQUESTED and NOT_INCREMENTAL; `detect`
@@ -49,7 +49,7 @@ NOT_EXACT = "NOT_EXACT"
 STATE_NOT_KEPT = "not kept"
 NOT_KEPT = "the state was not kept by the rescans for COST before this step"  # the reason's detail when rebuilt
 
-# Delta's error conditions (STACK.md) that mean the change data of a range cannot be read.
+# Delta's error conditions that mean the change data of a range cannot be read.
 CDF_ERRORS = {
     "DELTA_MISSING_CHANGE_DATA": CDF_UNAVAILABLE,
     "DELTA_UNSUPPORTED_TIME_TRAVEL_BEYOND_DELETED_FILE_RETENTION_DURATION": CDF_UNAVAILABLE,

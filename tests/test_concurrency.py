@@ -1,4 +1,4 @@
-"""Concurrent runs (DESIGN.md sections 2 and 4): two processes refreshing the same tables for the
+"""Concurrent runs (docs/architecture.md, sections 2 and 3): two processes refreshing the same tables for the
 same epoch apply it exactly once; two processes refreshing different tables at once share the
 remap without conflict; a refresh racing a source writer reads one consistent frontier; and the
 insert-if-absent record tables (remap, ledgers) admit exactly one writer per key.

@@ -1,4 +1,4 @@
-"""Crash matrix (DESIGN.md section 4): for every kill point of the epoch protocol, a refresh runs in
+"""Crash matrix (docs/architecture.md, section 3): for every kill point of the epoch protocol, a refresh runs in
 a child process (its own Spark session and JVM) that SIGKILLs itself at that step; the test kills
 what is left of the child (its JVM), writes more source commits, re-runs the refresh of the same
 epoch in its own process and asserts that the tables, and the state the next epoch will read,

@@ -1,4 +1,4 @@
-"""Optimizer passes (DESIGN.md section 6, seed 004): each pass on small graphs, the pass list as
+"""Optimizer passes (docs/architecture.md, section 4): each pass on small graphs, the pass list as
 the engine applies it, and, on real Spark and Delta, that the optimized and the unoptimized (naive)
 plans of the differential suite's definitions give identical tables over random epochs."""
 

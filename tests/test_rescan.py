@@ -1,4 +1,4 @@
-"""Rescan triggers, each produced for real on small Delta tables (DESIGN.md section 5): the table
+"""Rescan triggers, each produced for real on small Delta tables (docs/architecture.md, section 6): the table
 that reads the source rescans with the expected reason, its result equals the full recompute, and
 the table reading it stays incremental (the rescan wrote its difference as an ordinary change).
 

@@ -1,5 +1,5 @@
-"""Restrict co-generator scans to the change batch's keys (seed 000's co-generators; DESIGN.md
-section 3, the inner join's semi-join reduction).
+"""Restrict co-generator scans to the change batch's keys (the co-generators of "How Pulley
+Produces Incremental Output"; the inner join's semi-join reduction, docs/architecture.md, section 5).
 
 A join term starts from one input's change batch and reads every other input in full as of the
 epoch's start or end. Where the join condition equates a column of the changed input with a column

@@ -2,7 +2,7 @@
 change batch follows from its inputs' change batches and snapshots, what state it keeps, and how
 it reads its own contents as of an epoch's start or end.
 
-Notation (DESIGN.md section 3): `old` = an input as of the epoch's start, `new` = as of its end,
+Notation (docs/architecture.md, section 2): `old` = an input as of the epoch's start, `new` = as of its end,
 `d` = its change batch.
 """
 

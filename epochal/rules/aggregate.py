@@ -3,7 +3,8 @@
 State: one row per group, `__count` (the group's row count) and per aggregate what it needs to
 be updated from a change batch alone: a sum and a non-NULL count for SUM and AVG, a non-NULL count
 for COUNT, the current value for MIN and MAX, the number of distinct values for COUNT(DISTINCT x)
-(with a use-count table per (group, x): seed 000's guard counts). Rule, per touched group:
+(with a use-count table per (group, x): the guard counts of "How Pulley Produces Incremental
+Output"). Rule, per touched group:
 
     new state = old state + aggregate of d (weights multiply values)
     output    = -finalize(old state) if the group existed, +finalize(new state) if it exists now

@@ -6,7 +6,7 @@ rows are counted, and its key values taken, without a Spark job, after its predi
 decides that as Spark does (driver_filters.py; filtering and consolidating commute). Rows that
 passed a predicate Arrow decided are noted as exactly the scan's rows (Context.on_driver), so the
 join terms and aggregates above may compute on them there. No state: Delta keeps every version
-(co-generators, seed 000)."""
+(co-generators, as "How Pulley Produces Incremental Output" calls them)."""
 
 from __future__ import annotations
 
