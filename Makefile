@@ -57,15 +57,16 @@ test-tpch: setup
 	EPOCHAL_TPCH_QUERIES=all EPOCHAL_TPCH_BATCHES=10 $(BIN)/python -m pytest tests/test_tpch_incremental.py $(ARGS)
 
 # the conformance suite's long version: ROUNDS rounds of one run of every column type (about 20 cases
-# a run), every case's outcome in conformance-results.jsonl, then the README's type x operator matrix
-# from them (fails on any mismatch). Stopped early, the results of the runs that finished are kept:
+# a run), and the wide-decimal tests at both scales on both paths. Every case's outcome goes to
+# conformance-results.jsonl, then the README's type x operator matrix is rendered from them (fails on
+# any mismatch). Stopped early, the finished runs' results are kept:
 # `python -m tests.conformance_matrix conformance-results.jsonl` renders them.
 CONFORMANCE_ROUNDS ?= 6
 conformance: setup
 	rm -f conformance-results.jsonl
 	EPOCHAL_CONFORMANCE_ROUNDS=$(CONFORMANCE_ROUNDS) \
 	EPOCHAL_CONFORMANCE_KEEP_GOING=1 EPOCHAL_CONFORMANCE_RESULTS=$(CURDIR)/conformance-results.jsonl \
-	$(BIN)/python -m pytest tests/test_conformance.py -n $(TEST_WORKERS) -q $(ARGS)
+	$(BIN)/python -m pytest tests/test_conformance.py tests/test_wide_decimals.py -n $(TEST_WORKERS) -q $(ARGS)
 	$(BIN)/python -m tests.conformance_matrix conformance-results.jsonl --readme README.md
 
 ui: setup
