@@ -66,7 +66,7 @@ conformance: setup
 	rm -f conformance-results.jsonl
 	EPOCHAL_CONFORMANCE_ROUNDS=$(CONFORMANCE_ROUNDS) \
 	EPOCHAL_CONFORMANCE_KEEP_GOING=1 EPOCHAL_CONFORMANCE_RESULTS=$(CURDIR)/conformance-results.jsonl \
-	$(BIN)/python -m pytest tests/test_conformance.py tests/test_wide_decimals.py -n $(TEST_WORKERS) -q $(ARGS)
+	$(BIN)/python -m pytest tests/test_conformance.py tests/test_wide_decimals.py -n $(TEST_WORKERS) --maxschedchunk 1 -q $(ARGS)
 	$(BIN)/python -m tests.conformance_matrix conformance-results.jsonl --readme README.md
 
 ui: setup

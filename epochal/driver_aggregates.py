@@ -15,12 +15,14 @@ lose scale) and doubles (a sum in another order: within the suite's relative tol
 own partial sums are), and MIN/MAX of integers, strings, dates and decimals for groups no delete
 touched (those are recomputed from the input, by Spark). Group keys are integers, strings, dates,
 decimals or booleans, matched NULL-safely as Spark's join on the state is. Everything else (DISTINCT
-aggregates, other functions, floating-point keys, an overflow) returns None: Spark's to compute.
+aggregates, other functions, floating-point keys, an overflow, a sum become NaN or infinite)
+returns None: Spark's to compute (and, for the last two, to refuse).
 """
 
 from __future__ import annotations
 
 import decimal
+import math
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -282,6 +284,8 @@ def touched_rows(node: Aggregate, change: pa.Table, old: dict[tuple, dict], inpu
                                  group[column] if group[column] is not None else zero)
                     if isinstance(types[column], DoubleType):
                         after = float(after)
+                        if not math.isfinite(after):  # Spark's path refuses the step (NOT_EXACT)
+                            raise _Unsupported(f"{column} holds {after}")
                 out["n__" + column].append(_fit(after, types[column]))
                 out["o__" + column].append(before)
             out["__neg"].append(group["__neg"])

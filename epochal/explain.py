@@ -73,7 +73,8 @@ def _triggers(engine, table) -> list[str]:
                 for agg in node.aggs if agg.func in ("sum", "avg") and not agg.distinct]
         if sums:
             out.append(f"  NOT_EXACT if the running sum of {', '.join(sums)} goes past its type (Spark's SUM "
-                       "gives NULL there): refused before anything is written, never approximated")
+                       "gives NULL there) or, in floating point, holds NaN or an infinity (which no later change "
+                       "can take back out): refused before anything is written, never approximated")
     fraction = getattr(getattr(engine, "triggers", None), "rescan_fraction", None)
     if fraction is None:
         out.append("  COST: off (Engine(rescan_fraction=...) rescans when an epoch changes more than that share "

@@ -508,7 +508,9 @@ def record(outcome: Outcome, by_table: dict[str, Shape]) -> None:
 
 def expected_rescans(run: Run, step_number: int) -> set[str]:
     """The rescan reasons a run may show at an epoch besides NOT_INCREMENTAL: a changed time zone;
-    and where a table carrying a MAP is rewritten whole every epoch, its readers' SOURCE_REWRITTEN."""
+    NOT_EXACT where a floating-point sum holds NaN or an infinity; and where a table carrying a MAP is rewritten whole every epoch, its readers' SOURCE_REWRITTEN."""
     expected = {"SETTINGS_CHANGED"} if run.zone_change and step_number == len(run.epochs) else set()
+    if run.column.floating:  # a running sum holding NaN or an infinity: refused, recomputed
+        expected.add("NOT_EXACT")
     return expected | ({"SOURCE_REWRITTEN"} if not run.column.comparable else set())
 

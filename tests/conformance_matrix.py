@@ -26,15 +26,19 @@ def cell(cases: list[dict]) -> str:
     if bad:
         return f"**MISMATCH** {bad} of {len(cases)}"
     reasons = Counter(r for c in cases for r in c["rescans"] if r != "SETTINGS_CHANGED")
-    if reasons:
-        return f"recomputed ({', '.join(sorted(reasons))}), {len(cases)}"
+    every = [r for r in reasons if reasons[r] == len(cases)]
+    if every:
+        return f"recomputed ({', '.join(sorted(every))}), {len(cases)}"
+    if reasons:  # some cases' epochs refused (a sum holding NaN), the rest incremental
+        return f"exact, {len(cases)}; " + ", ".join(f"{r} in {n}" for r, n in sorted(reasons.items()))
     return f"exact, {len(cases)}"
 
 
 def render(cases: list[dict]) -> str:
     """Shapes down, types across: each cell "exact, N" (maintained incrementally and equal to the
-    recompute after every epoch, in N cases), "recomputed (REASON), N", or "-" (not drawn yet, or
-    a shape the type does not admit)."""
+    recompute after every epoch, in N cases), "exact, N; REASON in K" (K of them had epochs
+    recomputed for REASON), "recomputed (REASON), N", or "-" (not drawn yet, or a shape the type
+    does not admit)."""
     types = sorted({c["type"] for c in cases})
     shapes = sorted({c["shape"] for c in cases})
     grid = defaultdict(list)
@@ -51,8 +55,10 @@ def render(cases: list[dict]) -> str:
              "Paths: " + ", ".join(f"{p} path with {a} {n}" for (p, a), n in sorted(paths.items())) + ". "
              "Settings: " + ", ".join(f"{a} and {b} {n}" for (a, b), n in sorted(settings.items())) +
              f"; a time zone change before the last epoch in {zones}. A cell: `exact, N` is maintained "
-             "incrementally and equal to the recompute after every epoch in N cases; `recomputed (REASON), N` is "
-             "rescanned every epoch for that reason, exact; `-` not drawn yet or not admitted by the type.",
+             "incrementally and equal to the recompute after every epoch in N cases; `REASON in K`: K of them had "
+             "epochs recomputed for that reason (NOT_EXACT: a floating-point sum holding NaN or an infinity); "
+             "`recomputed (REASON), N` is rescanned every epoch for that reason, exact; `-` not drawn yet or not "
+             "admitted by the type.",
              "", "| shape | " + " | ".join(types) + " |", "|---|" + "---|" * len(types)]
     for shape in shapes:
         row = [cell(grid[(kind, shape)]) if grid[(kind, shape)] else "-" for kind in types]

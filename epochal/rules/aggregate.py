@@ -314,11 +314,18 @@ class AggregateRule(Rule):
         return touched
 
     def _overflow_checks(self, node: Aggregate, ctx) -> list[tuple[str, str, str]]:
-        """Per SUM or AVG, a refusal where its running sum went past its type (NULL in the state
-        while the group has values): from then on the state cannot answer as the recompute would."""
-        return [(f"the running sum of {agg.func}({agg.arg}) went past its type "
-                 f"{self._sum_type(node, ctx, agg).simpleString()} in {ctx.state_name(node)}",
-                 f"`{agg.name}__n` > 0 AND `{agg.name}__s` IS NULL", NOT_EXACT)
+        """Per SUM or AVG, a refusal where its running sum went past its type, or, in floating
+        point, became NaN or an infinity (NULL in the state while the group has values): from then
+        on the state cannot answer as the recompute would. NaN - NaN is NaN and inf - inf is NaN,
+        so a sum holding either cannot tell when the row that brought it leaves."""
+        def problem(agg: AggCall) -> str:
+            sum_type = self._sum_type(node, ctx, agg)
+            if isinstance(sum_type, DoubleType):
+                return f"the running sum of {agg.func}({agg.arg}) holds NaN or an infinity in {ctx.state_name(node)}"
+            return f"the running sum of {agg.func}({agg.arg}) went past its type {sum_type.simpleString()} in " \
+                   f"{ctx.state_name(node)}"
+
+        return [(problem(agg), f"`{agg.name}__n` > 0 AND `{agg.name}__s` IS NULL", NOT_EXACT)
                 for agg in node.aggs if agg.func in ("sum", "avg") and not agg.distinct]
 
     def _touched_on_driver(self, node: Aggregate, ctx) -> DataFrame | None:
@@ -435,6 +442,8 @@ class AggregateRule(Rule):
                                  F.coalesce(change_value, F.lit(0).cast(sum_type))).cast(sum_type)
                     else:
                         value = c(f"{agg.name}__x")
+                    if isinstance(sum_type, DoubleType):  # NaN or an infinity cannot be taken back out: refused
+                        overflowed = overflowed | F.isnan(value) | (F.abs(value) == float("inf"))
                     value = F.when(overflowed, F.lit(None).cast(sum_type)).otherwise(value)
                 elif column.endswith("__m"):
                     fold = F.least if agg.func == "min" else F.greatest
