@@ -3,10 +3,10 @@ small row groups, so that a change batch's random keys read a bounded number of 
 
 A join term `d_i ⋈ other inputs` reads each other input for the keys of its change batch
 (shared_reads.SharedReads.restricted). Random keys touch every file and every row group of a
-table laid out otherwise, so that read grows with the table: 1,500 keys of a 60M-row lineitem
-take 8 s with pyarrow's `isin` and about as long through Spark. Sorted by the key in row groups
-of ROW_GROUP rows, the row groups whose statistics miss every key are skipped and the same read
-takes about 1 s, about keys x ROW_GROUP rows at any size (`python -m bench.keyed_reads`).
+table laid out otherwise, so that read grows with the table, with pyarrow's `isin` and through
+Spark alike. Sorted by the key in row groups of ROW_GROUP rows, the row groups whose statistics
+miss every key are skipped and the same read costs about keys x ROW_GROUP rows at any size, a
+fraction of the unsorted read at TPC-H's larger scales (`python -m bench.keyed_reads`).
 Materialize's shared arrangements are the model: one per (input, key), shared by every join term
 and table of the warehouse that looks the input up by that key.
 
@@ -19,10 +19,11 @@ refresh that read the input by key; each refresh that read the input by key appe
 input's change feed since (weights +1 and -1, a small delta-rs commit, sorted by the key in row
 groups of ROW_GROUP rows too, so a read skips most of each appended file as well). It is built
 again once its appends are MAX_APPENDS files or REBUILD_FRACTION of its built rows: every read
-opens each appended file and cancelled rows pile up, while a build of lineitem at scale 10 takes
-minutes. Every commit records, in its `userMetadata`, the input versions its rows stand for
-(`since`, `to`), so a reader takes the last commit at or before the version it wants and adds
-the change feed from there, and a chain with a gap (a lost or doubled append) is never read.
+opens each appended file and cancelled rows pile up, while a build reads, sorts and writes the
+whole input, so it is not repeated lightly. Every commit records, in its `userMetadata`, the
+input versions its rows stand for (`since`, `to`), so a reader takes the last commit at or
+before the version it wants and adds the change feed from there, and a chain with a gap (a lost
+or doubled append) is never read.
 A read takes each file from its local copy (local_copies: Arrow IPC batches of 256 rows with
 their key bounds, made when the arrangement is built), else from its Parquet row groups,
 keeping those it decoded (DECODED_BYTES) for the next reads, which in one refresh ask for mostly
@@ -100,8 +101,8 @@ def net_rows(weighted: pa.Table, key: str | None = None) -> pa.Table | None:
     a row's weight sums below zero (the arrangement does not hold what its input did) or a column
     is not groupable here. With `key`, a column on which equal rows agree, only the rows whose key
     some negative weight has are grouped: the others cannot cancel, and are taken their weight
-    times as they stand (a read of an arrangement is mostly built rows: TPC-H Q5's reads at scale
-    1 grouped every one, 1.0 s of its 2.9 s)."""
+    times as they stand (a read of an arrangement is mostly built rows: grouping every one was
+    a large share of TPC-H Q5's reads)."""
     values = [c for c in weighted.column_names if c != WEIGHT]
     if not values:
         return None
@@ -337,7 +338,7 @@ class Arrangements:
         of `values` (or NULL, with `nulls`): from each file's local copy (local_copies), else from
         its Parquet row groups that may hold them. Row groups decoded by earlier reads are taken
         from memory: the join terms of one refresh read the same changed orders' row groups again
-        and again (lineitem by l_orderkey at scale 10: 19,472 row groups in 12 reads). Also
+        and again (lineitem by l_orderkey: a dozen reads of the same row groups an epoch). Also
         returns how many files were read from their local copies, and how many Parquet row
         groups were read (decoded or from memory). No rows (None) when the copies' bounds alone
         show more than `at_most` of them: a read too large for the driver is refused before it is
@@ -492,8 +493,9 @@ class Arrangements:
 
     def _copy_files(self, source: str, key: str) -> None:
         """Make the local copies of a built arrangement's files now, in the refresh that built
-        it, not in the first incremental read (lineitem by l_orderkey at scale 10: 15 files of
-        4M rows, about 20 s), and delete the copies of the files it was built from before."""
+        it, not in the first incremental read (copying a large arrangement's files, such as
+        lineitem's at scale 10, would otherwise fall on that epoch), and delete the copies of the
+        files it was built from before."""
         self.copy_table(self.path(source, key), key)
 
     def copy_table(self, path: str, key: str) -> None:
@@ -525,8 +527,8 @@ class Arrangements:
     def _build_on_driver(self, source: str, version: int, key: str, columns: list[str]) -> bool:
         """Read, sort and write the arrangement on the driver (pyarrow and delta-rs), where the
         input is at most `driver_build_rows` rows and delta-rs reads it as Spark does; whether
-        it did. lineitem at scale 1 (6M rows): 4.3-4.8 s, against 13.7-16.7 s by Spark
-        (`python -m bench.arrangement_builds 1`)."""
+        it did. Up to that size the driver builds it several times faster than Spark, which pays
+        for a range partitioning, a sort and its jobs (`python -m bench.arrangement_builds 1`)."""
         from deltalake import CommitProperties, DeltaTable, WriterProperties, write_deltalake
         from deltalake.exceptions import DeltaError
 

@@ -16,12 +16,12 @@ Estimates, each a median so that one step slowed by a busy machine does not deci
   the first, the last rescans of any kind, first run included, without the seconds they spent
   building the state. A first run overstates a rescan for cost: it runs cold, beside every other
   table's first run, and writes the whole table. Its seconds are divided by FIRST_RUN_OVERSTATES,
-  measured: a first run's output seconds against a later rescan's of the same table, 1.3-1.7x one
-  step at a time (`python -m bench.rescan_costs 1 --queries 22 3 5 6 7`) and 1.1-1.7x in the
-  scale-1 bench (bench/results/20261126T090239Z), Q22 5x in both (the first run was cold). While no rescan for cost was measured,
+  measured: a first run's output seconds against a later rescan's of the same table, one step at
+  a time (`python -m bench.rescan_costs 1 --queries 22 3 5 6 7`) and in the scale-1 bench
+  (bench/RESULTS.md, cost model). While no rescan for cost was measured,
   a rescan the estimates favour is only tried: it keeps the state, in case it loses, and so costs
   a state build besides (which is why it is tried only when the margin below holds, not sooner:
-  with tries at half the first run's seconds, 4 of 5 lost in that bench).
+  with tries at half the first run's seconds, most lost in that bench).
 A rescan is chosen when the incremental estimate exceeds the rescan's by MARGIN, so noise does not
 make a table flap between techniques. After EXPLORE_AFTER rescans for cost in a row, one step runs
 incrementally again, so the incremental estimate follows the table as it changes (a rescan for

@@ -1,9 +1,11 @@
 """Change-sized commits made on the driver through delta-rs, without a Spark job.
 
-A Spark MERGE of one row costs about 1.8 s here (it rebuilds the snapshot, materializes its
-source, scans and writes in a dozen jobs) and a Spark append 0.3 s; delta-rs commits the same
-change in 10-100 ms. So a change that Spark computed and that is small enough to hold on the
-driver is collected as Arrow and committed here; larger ones stay with Spark (writes.py).
+A Spark MERGE of even one row is costly (it rebuilds the snapshot, materializes its source,
+scans and writes in a dozen jobs), and a Spark append pays a job and a snapshot too; delta-rs
+commits the same change without a job, an order of magnitude faster (`python -m
+bench.driver_threshold`; figures in bench/RESULTS.md). So a change that Spark computed and that is
+small enough to hold on the driver is collected as Arrow and committed here; larger ones stay with
+Spark (writes.py).
 
 Each commit keeps the guarantees of every engine write:
 - idempotent: the Delta `txn` of (app id, seq) is checked on the snapshot the commit is made

@@ -1,8 +1,8 @@
 """A projection's arithmetic computed on the driver, in Arrow, where Arrow's answer is Spark's.
 
 A projection over rows held on the driver (a change batch, a filtered batch) otherwise costs a
-local relation handed to Spark, a select and a collect: about a fifth of a second for TPC-H Q6's
-`l_extendedprice * l_discount`, on every step. Here each output column is a column of the input,
+local relation handed to Spark, a select and a collect, a fixed cost paid on every step (as by
+TPC-H Q6's `l_extendedprice * l_discount`). Here each output column is a column of the input,
 a numeric literal, or `+`, `-`, `*` (and unary minus) over those, computed exactly:
 
 - decimals: Arrow's sum, difference and product of decimal128 values are exact, of the type

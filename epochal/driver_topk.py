@@ -2,8 +2,8 @@
 
 A top-k over a small maintained input (an Integrate node's use counts, an aggregate's state) is a
 sort of a few thousand rows. Through Spark it cost a local checkpoint, a sort job per side and the
-jobs reading and reducing the use-count table (TPC-H Q2: about 1 s of Catalyst and ten jobs a
-step). Here it is pyarrow's sort over the rows delta-rs read.
+jobs reading and reducing the use-count table (TPC-H Q2: Catalyst's planning and about ten jobs a
+step, for a few thousand rows). Here it is pyarrow's sort over the rows delta-rs read.
 
 Arrow orders only what it orders as Spark does: integers, strings of the binary collation, dates,
 decimals and booleans (driver_joins.key_type). Floating point (NaN, -0.0) and timestamps are

@@ -55,7 +55,7 @@ from .warehouse import Warehouse, check_name
 
 log = logging.getLogger("epochal")
 
-DRIVER_ROWS = 50_000  # see driver_commits.py; measured in README (Engine: driver commits)
+DRIVER_ROWS = 50_000  # see driver_commits.py; measured in bench/RESULTS.md (driver commits)
 DELTA_FORBIDDEN = re.compile(r"[ ,;{}()\n\t=]")
 
 
@@ -366,7 +366,8 @@ class Engine:
         refresh will read by key (restrict_cogenerators.keyed_partners) and that has no
         arrangement yet, the input version the table was computed at: arranged now, in the
         epoch that computes the table from scratch anyway, so that its first incremental epoch
-        does not pay for the build (lineitem at scale 10: two Spark builds of about 110 s)."""
+        does not pay for the build (a large input's Spark builds cost more than many incremental
+        epochs together)."""
         wanted: dict[tuple[str, str], int] = {}
         if self.arrangements is None:
             return wanted

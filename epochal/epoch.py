@@ -513,8 +513,8 @@ class Diff:
 def _diff_on_driver(engine, table, full: DataFrame, version: int) -> Diff | None:
     """The rescan's diff on the driver: the full result collected (one job, the recompute itself)
     and the table's `version` read by delta-rs, consolidated with weights +1 and -1. Spark's
-    diff shuffles both and its multiset MERGE counts copies in the table again, several seconds
-    for a result of a few rows. None (Spark diffs) when the result, the table or the change
+    diff shuffles both and its multiset MERGE counts copies in the table again, jobs whose fixed
+    costs dwarf a result of a few rows. None (Spark diffs) when the result, the table or the change
     has more than `engine.driver_rows` rows, or a type is Spark's to write or to group."""
     reads = getattr(engine, "reads", None)
     limit = engine.driver_rows

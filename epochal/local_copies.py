@@ -3,18 +3,17 @@ disk as an Arrow IPC file in batches of BATCH_ROWS rows, with every batch's key 
 rows: `certain_rows` refuses a read too large before it is made) beside it.
 
 A keyed read of Parquet decodes every row group that may hold one of its keys, each column chunk
-of it, at about 0.16 ms a chunk whatever its rows: lineitem by l_orderkey at scale 10 spends
-1.1-1.4 s on 3,800 random keys (3,574 row groups of 2,000 rows; 1,000-row groups are no faster).
-Random keys touch a row group each, so that read grows with the table. An IPC batch is one
-positioned read and no decoding: the same keys take 0.15-0.3 s from batches of 256 rows
-(`python -m bench.arrangement_reads`). Like Databricks' disk cache, a copy is derived from an
-immutable file (a Delta data file is never rewritten, so its path names its contents): a missing
-copy is made again by the next read that needs it, a damaged one is deleted and its file read as
-Parquet, the copies are bounded by COPY_BYTES on disk, the least recently read dropped first,
-and an arrangement's rebuild deletes the copies of the files it replaced (`prune`). Each
-arrangement's copies live in a folder of their own. A copy and its bounds are each written
-under a temporary name and renamed, bounds first, so a crash leaves either both, or no copy (an
-orphaned bounds file is overwritten by the next copy).
+of it, at a fixed cost a chunk whatever its rows (so smaller row groups are no faster). Random
+keys touch a row group each, so that read grows with the table. An IPC batch is one positioned
+read and no decoding: the same keys read several times faster from batches of 256 rows
+(`python -m bench.arrangement_reads`; figures in bench/RESULTS.md). Like Databricks' disk cache,
+a copy is derived from an immutable file (a Delta data file is never rewritten, so its path names
+its contents): a missing copy is made again by the next read that needs it, a damaged one is
+deleted and its file read as Parquet, the copies are bounded by COPY_BYTES on disk, the least
+recently read dropped first, and an arrangement's rebuild deletes the copies of the files it
+replaced (`prune`). Each arrangement's copies live in a folder of their own. A copy and its bounds
+are each written under a temporary name and renamed, bounds first, so a crash leaves either both,
+or no copy (an orphaned bounds file is overwritten by the next copy).
 """
 
 from __future__ import annotations

@@ -32,8 +32,9 @@ from .warehouse import Warehouse, is_local, local_path
 DEFAULT_RETENTION_HOURS = 168  # Delta's default delta.deletedFileRetentionDuration (7 days)
 SAFETY_MARGIN_HOURS = 1  # change files are written just before their commit's timestamp
 RETENTION_CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
-# VACUUM lists a table's files in a Spark job with this many tasks (default 10,000: minutes of
-# scheduling for a small table on a small machine); one task per core is plenty for a table's folder.
+# VACUUM lists a table's files in a Spark job with this many tasks (default 10,000, sized for
+# clusters: on a small machine scheduling them costs far more than listing a small table's folder);
+# one task per core is plenty for a table's folder.
 LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
 
 

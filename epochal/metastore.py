@@ -59,8 +59,8 @@ class RecordTable:
 
     def _open(self) -> DeltaTable | None:
         """The table at its latest version. Each thread keeps the table it opened and brings it
-        forward by the commits since (delta-rs's update_incremental: a listing, ~2 ms) instead
-        of replaying the log again (~25 ms for a ledger of 150 versions); it opens the table
+        forward by the commits since (delta-rs's update_incremental: a listing) instead of
+        replaying the log again, which grows with the ledger's versions; it opens the table
         afresh where the commit it last saw is gone or was written again (the table deleted or
         recreated), or the table is not on a local file system. Not shared between threads: a
         record write commits against its table's version, which must be the one its reader saw."""

@@ -1,7 +1,8 @@
 """What a step cost besides seconds: Spark jobs, bytes they scanned, Delta commits, input reads.
 
-Every Spark and Delta operation has a fixed cost (a trivial job ~0.2 s, a time-travel read ~0.4 s,
-a Spark MERGE ~1.8 s), so counting them per step is how the next bottleneck is found: the step's
+Every Spark and Delta operation has a fixed cost whatever its data (a trivial job's scheduling,
+a time-travel read's snapshot rebuilt from the log, a Spark MERGE's dozen jobs; bench/RESULTS.md
+has the figures), so counting them per step is how the next bottleneck is found: the step's
 report carries the counts (`detail["cost"]`), the Dagster metadata and `make bench` show them.
 
 Spark jobs are counted through a job group set on the step's thread (PySpark pins a JVM thread to

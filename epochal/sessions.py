@@ -13,8 +13,8 @@ SNAPSHOT_PARTITIONS = "spark.databricks.delta.snapshotPartitions"
 CODEGEN_CACHE = "spark.sql.codegen.cache.maxEntries"
 # Spark's and Delta's defaults, sized for clusters and large tables: a step over a change batch of
 # a few thousand rows then runs 200 shuffle tasks per exchange and replays each Delta log with 50
-# tasks, which on a small machine costs more than the step's own work (the first epoch of 28
-# TPC-H tables at scale 0.05 took over 20 minutes on a plain session, 75 s with these).
+# tasks, which on a small machine costs more than the step's own work (a first epoch of the TPC-H
+# tables at a small scale took many times longer on a plain session than with these).
 SPARK_DEFAULTS = {SHUFFLE_PARTITIONS: "200", SNAPSHOT_PARTITIONS: "50"}
 CODEGEN_CACHE_WANTED = 1000
 _warned: set[str] = set()

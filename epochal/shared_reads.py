@@ -1,8 +1,8 @@
 """Small Delta reads made once per refresh, on the driver, and shared by every step that makes them.
 
 Every table of an epoch that reads a source reads the same versions of it, and through Spark each
-step paid for each of its reads: a change-feed read costs about 0.3 s of planning and jobs, a
-time-travel read about 0.4 s (Delta rebuilds the version's snapshot from the log, every time).
+step paid for each of its reads: a change-feed read costs planning and jobs, and a time-travel
+read is costly (Delta rebuilds the version's snapshot from the log, every time).
 Here a change batch is read once per (table path, version range) and a snapshot once per (table
 path, version), by delta-rs as Arrow with every column, when it is small: at most `driver_rows`
 rows (from the commits' metrics, or the version's file statistics). Each step then selects its
@@ -14,8 +14,8 @@ A large table is read here too when only the rows holding some key values are wa
 term's co-generators, an affected-key recompute): `restricted` scans one version once for one key
 set, with the columns every table of the refresh reads from it, and shares the few rows it finds.
 Through Spark each join term and table paid a full scan for those rows (random keys touch every
-file, so Delta's file skipping saves nothing), at two versions; pyarrow scans TPC-H scale 1's
-lineitem for 1,500 order keys in about 0.3 s.
+file, so Delta's file skipping saves nothing), at two versions; pyarrow scans the same rows on
+the driver without a Spark job (figures in bench/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -64,9 +64,10 @@ class LocalFrame(ClassicDataFrame):
 
     Most rows read or computed on the driver stay there (a join term, an aggregate, a write
     computed in Arrow), yet each is a DataFrame in case a rule above gives it to Spark, and
-    createDataFrame costs about 50 ms (a step of TPC-H Q21 made 46). Until a method needs the
-    Java DataFrame, only the schema is known; the first attribute that needs it creates it
-    (once, under a lock: steps share frames), and from then on this is that DataFrame."""
+    createDataFrame has a fixed cost that a step creating dozens of them pays dozens of times
+    (TPC-H Q21's did). Until a method needs the Java DataFrame, only the schema is known; the
+    first attribute that needs it creates it (once, under a lock: steps share frames), and from
+    then on this is that DataFrame."""
 
     def __new__(cls, *args, **kwargs):
         return object.__new__(cls)
@@ -110,9 +111,9 @@ def _admits(keys: list, smallest, largest) -> bool:
 
 class _FileBounds:
     """A Parquet data file's fragment with its footer read, and its row groups' statistics of
-    one column as arrays, kept across reads: a keyed read of an arrangement at scale 10 parsed
-    17 footers of 30,000 row groups and looped over their statistics in Python on every read
-    (0.3-0.45 s of a 1-s read of 1,500 keys). A Delta data file is never rewritten in place, so
+    one column as arrays, kept across reads: a keyed read of an arrangement otherwise parsed
+    every file's footer and looped over tens of thousands of row groups' statistics in Python on
+    every read, a large share of the read. A Delta data file is never rewritten in place, so
     (path, size) names its contents. Bounded by column chunks held (CACHED_CHUNKS)."""
 
     def __init__(self):
@@ -210,8 +211,8 @@ def _files_holding(table, dataset, column: str, values: pa.Array, nulls: bool, r
     pyarrow skips neither for an `isin` filter, and Delta keeps every file's statistics: changes
     to recent or old keys (an OLTP table's usual pattern) then read a few files instead of all,
     and a table sorted by the key in small row groups (a join's keyed state) is read for random
-    keys in about (keys x row group) rows, at any size: 1,500 keys of 60M rows sorted in row
-    groups of 2,000 read in 0.8 s, against 6.5 s with `isin` alone (`python -m bench.keyed_reads`).
+    keys in about (keys x row group) rows, at any size, several times faster than with `isin`
+    alone (`python -m bench.keyed_reads` measures both).
     Only for integers and dates, whose statistics are exact (a string's are truncated); a file
     or row group without statistics is kept."""
     import pyarrow.dataset as ds
@@ -580,8 +581,8 @@ class SharedReads:
 
     def _refuses(self, read: tuple, keys: frozenset, nulls: bool) -> bool:
         """Whether a read of `keys` must fail as one of their subsets did: more keys match at
-        least the same rows (TPC-H Q5's reduction asked orders for 101,958 customers twice per
-        term, each a 0.3 s read refused for its rows)."""
+        least the same rows (TPC-H Q5's reduction asked orders for the same large set of
+        customers twice per term, each a costly read refused for its rows)."""
         with self._guard:
             return any(failed <= keys and (nulls or not failed_nulls)
                        for failed, failed_nulls in self._refused.get(read, ()))
@@ -602,10 +603,11 @@ class SharedReads:
         """The columns the refresh reads of the table as of `version`, every row, held for the
         rest of the refresh (with `field`, the key asked for, if the refresh reads no other column
         of it): asked when a version is about to be scanned for keys a second time.
-        Random keys make every such scan decode every file (TPC-H's lineitem was scanned 16
-        times an epoch at scale 1, 18 s), where one decode and in-memory filters serve them
-        all. Only while the estimate (its rows times the bytes per row of `sample`, an earlier
-        read of the same columns) fits what `held_bytes` has left; None otherwise."""
+        Random keys make every such scan decode every file (TPC-H's lineitem was scanned many
+        times an epoch, a large share of the epoch: `python -m bench.epoch_reads` shows each such
+        scan), where one decode and in-memory filters serve them all. Only while the estimate
+        (its rows times the bytes per row of `sample`, an earlier read of the same columns) fits
+        what `held_bytes` has left; None otherwise."""
         return self._once(("read columns", path, version), lambda: self._read_whole(path, version, field, sample))
 
     def _read_whole(self, path: str, version: int, field: str, sample: pa.Table) -> pa.Table | None:

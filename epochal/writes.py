@@ -211,8 +211,8 @@ def replace_contents(frame: DataFrame, path: str, app_id: str, seq: int, tag: st
     """Write `frame` as the table's whole contents (Spark's overwrite with overwriteSchema), with
     the step's identity and tag. At most `driver_rows` rows whose columns delta-rs writes as
     Spark would (DRIVER_WRITE_TYPES) are collected (one job) and committed by delta-rs: a first
-    epoch's output or state of a small table costs ~20 ms, not a Spark write's second. Returns
-    whether it was committed on the driver."""
+    epoch's output or state of a small table then costs a small commit, not a Spark write's jobs.
+    Returns whether it was committed on the driver."""
     if driver_rows > 0 and all(type(f.dataType) in DRIVER_WRITE_TYPES for f in frame.schema.fields):
         frame = frame.persist()  # computed once, whichever writes it
         try:

@@ -12,9 +12,10 @@ userMetadata carries the batch's logical time and index, so a day of hourly batc
 in a few minutes and still fall into the right hourly epochs.
 
 A local warehouse's MERGEs are delta-rs's (`writer="delta-rs"`, the default there): a batch's five
-MERGEs take about 0.1 s instead of Spark's 15-20 s at scale 0.01, and they are the operations whose
-change data feed tests/test_driver_commits.py proves exact (matched delete, matched update of a
-unique key, not-matched insert). A warehouse on an object store is written by Spark's MERGE, which
+MERGEs then cost no Spark job and a small fraction of Spark's time at the tests' small scale
+(bench/RESULTS.md), and they are the operations whose change data feed
+tests/test_driver_commits.py proves exact (matched delete, matched update of a unique key,
+not-matched insert). A warehouse on an object store is written by Spark's MERGE, which
 knows the cluster's credentials; `writer="spark"` asks for it anywhere.
 
 Determinism: the batch is drawn from `numpy.random.default_rng([seed, index])` over keys collected to

@@ -168,8 +168,8 @@ def compare_frames(actual, expected, *, limit: int = 20_000) -> Comparison:
     (at most `limit` rows a side).
 
     One job, not four: exceptAll both ways and a count of each side evaluated the recompute three
-    times and read each input version's snapshot each time (a TPC-H Q10 check at scale 0.01: 34
-    Spark jobs and 3.9 s, now 12 and 2.3 s; bench/check_costs.py)."""
+    times and read each input version's snapshot each time (`python -m bench.check_costs`
+    measures a check's jobs and seconds; bench/RESULTS.md has the before and after)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import BooleanType, DoubleType, FloatType, LongType
 

@@ -238,8 +238,8 @@ def delta_spark_session(settings: SparkSettings | None = None):
         .config("spark.sql.adaptive.enabled", "true")
         # Every epoch runs the same plan shapes again; Spark compiles generated code once per
         # distinct source and keeps 100 (the default), far fewer than a pipeline's steps produce, so
-        # it would recompile most of them every epoch (6,255 compilations, ~10 ms each, for 4 epochs
-        # of the differential test's tables; 5 with this cache).
+        # it would recompile most of them every epoch (thousands of compilations over a few epochs
+        # of the differential test's tables, a handful with this cache; bench/RESULTS.md).
         .config("spark.sql.codegen.cache.maxEntries", str(CODEGEN_CACHE_ENTRIES))
         # an incremental plan can be large; never build multi-megabyte plan strings for the UI
         .config("spark.sql.maxPlanStringLength", "100000")

@@ -16,13 +16,14 @@ from tests.support import TEST_JAVA_OPTIONS
 TPCH_LOADED_AT = datetime(2026, 1, 1, tzinfo=timezone.utc)
 # Spark's interpreted evaluation instead of generated code: the tests' plans are many and their
 # data tiny, so generating and compiling code for each new plan (Janino, then the JIT) outweighed
-# running it (the test JVM's CPU over test_differential's first test: 270 s -> 160 s). Results are the same
-# by Spark's contract (its own suites run both modes); `make bench`, `make demo`, the child
-# processes of the crash and concurrency tests and the deployment tests run Spark's defaults.
+# running it (the test JVM's CPU over test_differential's first test fell well below what it was;
+# bench/RESULTS.md). Results are the same by Spark's contract (its own suites run both modes);
+# `make bench`, `make demo`, the child processes of the crash and concurrency tests and the
+# deployment tests run Spark's defaults.
 # TEST_JAVA_OPTIONS: see tests.support.
 # The tests' own VACUUMs (a source's change files removed) list the table's files in 10,000 tasks
-# by Spark's default: 60 s for a table of a few files here, 3.5 s with 2 (epochal.maintenance sets
-# it for the engine's VACUUMs).
+# by Spark's default, whose scheduling on a small machine costs far more than listing a table of a
+# few files with 2 (epochal.maintenance sets it for the engine's VACUUMs; bench/RESULTS.md).
 TEST_CONFS = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN",
               "spark.driver.extraJavaOptions": TEST_JAVA_OPTIONS,
               "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2"}
@@ -46,7 +47,7 @@ def tpch_load(spark, tmp_path_factory, worker_id):
     """TPC-H scale 0.01 loaded once at TPCH_LOADED_AT: (warehouse root, LoadReport). Read-only:
     use `copy_tpch` to get a warehouse you may change. Under make test's workers (pytest-xdist)
     the first worker to need it loads it into their shared temporary folder and the others wait
-    for it and read it there: one load per run, not one per worker (about 20 s of the two cores)."""
+    for it and read it there: one load per run, not one per worker (a load takes both cores)."""
     from ops.tpch import load_tpch
 
     if worker_id == "master":

@@ -32,7 +32,7 @@ SQL = REPO / "assets" / "sql"
 TPCH_SOURCES = ("region", "nation", "supplier", "customer", "part", "partsupp", "orders", "lineitem")
 # Three queries that between them join, aggregate, outer-join, filter on a subquery and keep a top
 # 100; the soak's point is length (state appended, compacted and read back over hundreds of
-# epochs), `make test-tpch` covers the breadth of all 22. Each query added costs ~3-4 s an epoch.
+# epochs), `make test-tpch` covers the breadth of all 22. Each query added lengthens every epoch.
 TPCH_QUERIES = ("tpch_q03", "tpch_q13", "tpch_q18")
 LOADED_AT = datetime(2026, 1, 1, tzinfo=timezone.utc)
 

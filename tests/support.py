@@ -12,8 +12,8 @@ from epochal.changes import quoted
 from epochal.writes import delta_path
 
 # The tests' JVMs are short-lived and run thousands of tiny plans: C1-compiled code only and the
-# parallel collector cut the JVM's CPU over two concurrent test_differential runs from 321 s to 237 s
-# (wall 195 s -> 156 s); the JIT's second tier would repay its compile time only in long runs.
+# parallel collector cut the JVM's CPU and the wall time of two concurrent test_differential runs
+# (bench/RESULTS.md); the JIT's second tier would repay its compile time only in long runs.
 # C1 alone shrinks the JVM's default code cache from 240 MB to 48 MB, which a test JVM fills within
 # two minutes: the JIT is then disabled, and a class defined after that (a lambda's adapter) fails
 # with VirtualMachineError, which Spark's executor treats as fatal and exits the whole JVM (CI lost a
@@ -101,9 +101,9 @@ class Oracle:
     `Engine.recompute` runs, with each input version read once per check and shared, as a local
     relation, by the tables that read it.
 
-    The inputs are read by delta-rs (10 ms a version) rather than Spark's Delta reader, which
-    rebuilds the snapshot of every new version in three jobs (about 1 s here): over
-    test_differential's first test that was 22 of its 97 seconds. Spark's reader stays the
+    The inputs are read by delta-rs (no Spark job) rather than Spark's Delta reader, which
+    rebuilds the snapshot of every new version in three jobs: over test_differential's first test
+    that was a large share of its time (bench/RESULTS.md). Spark's reader stays the
     referee of what delta-rs reads: `run_epochs` checks every version of every source and derived
     table (feed_problems) against Spark's change feed, and a column-mapped table or one with
     deletion vectors, or one with a reader feature delta-rs lacks, is read by Spark here too."""
@@ -212,7 +212,7 @@ class SyntheticSource:
 
     def rows(self) -> list[tuple]:
         """The table's rows, read by delta-rs where it reads the table as Spark does (a Spark
-        read of a version just written rebuilds its snapshot: 5 jobs, ~1 s, bench/source_writes.py)."""
+        read of a version just written rebuilds its snapshot in several jobs; bench/source_writes.py)."""
         from deltalake import DeltaTable as DeltaRsTable
 
         from epochal.shared_reads import SharedReads

@@ -320,7 +320,8 @@ def restrict_partners(node, ctx, start: int, change: DataFrame, sides: dict[int,
     """The term's inputs by position (`change` at `start`, every other input j as of `sides[j]`),
     each co-generator the plan marked for `start` read for the batch's keys only: on the driver
     where it can be, else filtered to the keys' ranges. An input read on the driver is never
-    opened through Spark (a time-travel read costs ~0.4 s before any job)."""
+    opened through Spark (a time-travel read rebuilds the version's snapshot from the Delta log
+    before any job)."""
     frames = {start: change}
     pairs = [(a, j, b) for i, a, j, b in node.restrict if i == start and j in sides]
     keys = {}
