@@ -139,7 +139,7 @@ def input_ranges(engine, table, last: Step | None, epoch: Epoch) -> dict[str, In
 
 
 def _decide(table, last: Step | None, inputs: dict[str, InputRange], full_refresh: bool,
-            engine=None) -> tuple[str, str]:
+            engine=None, now: dict | None = None) -> tuple[str, str]:
     if last is None:
         return RESCAN, "FIRST_RUN"
     if last.fingerprint != table.compiled.fingerprint:
@@ -147,7 +147,7 @@ def _decide(table, last: Step | None, inputs: dict[str, InputRange], full_refres
     if full_refresh:
         return RESCAN, "REQUESTED"
     if engine is not None:
-        changed = settings.difference((last.detail or {}).get("settings"), settings.current(engine.spark))
+        changed = settings.difference((last.detail or {}).get("settings"), now or settings.current(engine.spark))
         if changed is not None:
             return RESCAN, f"{settings.SETTINGS_CHANGED}: {changed}"
     if not any(r.changed for r in inputs.values()):
@@ -187,7 +187,8 @@ def run(engine, table, epoch: Epoch, *, full_refresh: bool = False) -> Report:
         last = ledger.last_committed(steps)
 
     inputs = input_ranges(engine, table, last, epoch)
-    technique, reason = _decide(table, last, inputs, full_refresh, engine)
+    now = settings.current(engine.spark)  # decides the step and is recorded with it
+    technique, reason = _decide(table, last, inputs, full_refresh, engine, now)
     if technique == RESCAN and table.strict and reason != "FIRST_RUN":
         raise _strict_refusal(table, reason, epoch)
     step = Step(
@@ -202,7 +203,7 @@ def run(engine, table, epoch: Epoch, *, full_refresh: bool = False) -> Report:
         output_version=last.output_version if last else -1,
         state_versions=dict(last.state_versions) if last else {},
         run_id=engine.run_id,
-        detail={"plan": rescan.plan_signature(table.compiled.plan), "settings": settings.current(engine.spark),
+        detail={"plan": rescan.plan_signature(table.compiled.plan), "settings": now,
                 **({"state": rescan.STATE_NOT_KEPT} if technique != RESCAN and last is not None and not _keeps_state(last)
                    else {})},
     )

@@ -43,11 +43,12 @@ RESULT_SETTINGS = (
 _ABSENT: dict[str, set[str]] = {}  # by Spark version: the settings it does not have
 
 
-def _value(spark, name: str) -> str | None:
+def _value(spark, name: str, absent: set[str] | None = None) -> str | None:
     """The setting's value in `spark`, None where this Spark has no such setting. That is learnt
-    once per Spark version: asking for a setting Spark lacks raises, and turning the JVM's error
-    into Python's costs far more than the question (through Connect, it also logs the error)."""
-    absent = _ABSENT.setdefault(spark.version, set())
+    once per Spark version (`absent`, this Spark's set in _ABSENT): asking for a setting Spark lacks
+    raises, and turning the JVM's error into Python's costs far more than the question (through
+    Connect, it also logs the error)."""
+    absent = absent if absent is not None else _ABSENT.setdefault(spark.version, set())
     if name in absent:
         return None
     try:
@@ -61,7 +62,8 @@ def _value(spark, name: str) -> str | None:
 def current(spark) -> dict[str, str | None]:
     """Each result setting's value in `spark` (its default where the session left it; None where
     this Spark has no such setting)."""
-    return {name: _value(spark, name) for name in RESULT_SETTINGS}
+    absent = _ABSENT.setdefault(spark.version, set())
+    return {name: _value(spark, name, absent) for name in RESULT_SETTINGS}
 
 
 def ansi(spark) -> bool:
