@@ -44,12 +44,23 @@ import json
 import logging
 import re
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
+from deltalake import CommitProperties, DeltaTable, WriterProperties, write_deltalake
+from deltalake.exceptions import DeltaError
+from pyspark.sql import functions as F
 
+from .arrow_rows import key_kind
+from .changes import feed_weights, quoted
+from .deltalog import DeltaLog, delta_rs_reads_alike
+from .driver_commits import aligned
+from .file_pruning import as_integers, files_holding, row_groups_holding
 from .graph import WEIGHT
 from .local_copies import LocalCopies
 from .sessions import session_confs
@@ -71,7 +82,7 @@ _row_group_setting = threading.Lock()
 
 
 @dataclass(frozen=True)
-class Commit:
+class ArrangementCommit:
     """One commit of an arrangement: its version, and the input versions its rows stand for
     after it (`to`), appended on top of `since` (None: built from the input's snapshot)."""
 
@@ -164,7 +175,7 @@ def _sorted_by(rows: pa.Table, key: str) -> pa.Table:
     return rows.take(pc.sort_indices(rows, sort_keys=[(key, "ascending", "at_start")]))
 
 
-def due_for_rebuild(chain: list[Commit]) -> bool:
+def due_for_rebuild(chain: list[ArrangementCommit]) -> bool:
     """Whether an arrangement's appends (the commits after its build) are many or large enough
     that building it again costs less than reading them on: MAX_APPENDS files, or more than
     REBUILD_FRACTION of the rows it was built with and REBUILD_ROWS."""
@@ -190,7 +201,7 @@ class Arrangements:
         self.rows_per_file = rows_per_file
         self.driver_build_rows = driver_build_rows
         self.decoded_bytes = decoded_bytes
-        self._chains: dict[str, tuple[int, list[Commit]]] = {}
+        self._chains: dict[str, tuple[int, list[ArrangementCommit]]] = {}
         self._guard = threading.Lock()
         # (input, key) -> [reads, keys, files, row groups, rows read, change feed rows, files read from local
         # copies] since take_served
@@ -210,11 +221,9 @@ class Arrangements:
         digest = hashlib.sha1(f"{source.rstrip('/')}\0{key.lower()}".encode()).hexdigest()[:10]
         return f"{self.root}/{name}.{re.sub(r'[^a-z0-9_]+', '_', key.lower())}.{digest}"
 
-    def chain(self, source: str, key: str) -> list[Commit]:
+    def chain(self, source: str, key: str) -> list[ArrangementCommit]:
         """The arrangement's commits since its last build, oldest first, while each appends on
         top of the one before; [] when there is none (or its log is not one this code wrote)."""
-        from .deltalog import DeltaLog
-
         path = self.path(source, key)
         if path in self._distrusted:
             return []
@@ -236,7 +245,7 @@ class Arrangements:
             if not isinstance(meta, dict) or meta.get("arrangement") != FORMAT:
                 commits = []  # a commit not ours: nothing before it can be trusted either
                 continue
-            step = Commit(commit.version, meta.get("since"), int(meta["to"]), tuple(meta["columns"]), meta.get("rows"))
+            step = ArrangementCommit(commit.version, meta.get("since"), int(meta["to"]), tuple(meta["columns"]), meta.get("rows"))
             if step.since is None:
                 commits = [step]
             elif commits and step.since == commits[-1].to and step.columns == commits[-1].columns:
@@ -247,7 +256,7 @@ class Arrangements:
             self._chains[path] = (log_.version, commits)
         return commits
 
-    def serving(self, source: str, key: str, version: int, columns: list[str]) -> Commit | None:
+    def serving(self, source: str, key: str, version: int, columns: list[str]) -> ArrangementCommit | None:
         """The last commit standing for `version` or an earlier one, holding `columns`."""
         wanted = {c.lower() for c in columns}
         found = [c for c in self.chain(source, key) if c.to <= version]
@@ -261,12 +270,6 @@ class Arrangements:
         with `columns`; None when no arrangement serves it (then scan the input) or they are more
         than `limit`. `changes(before, after)`: the input's change feed as Arrow (`_change_type`
         and every column), or None."""
-        import pyarrow.dataset as ds
-        from deltalake import DeltaTable
-        from deltalake.exceptions import DeltaError
-
-        from .shared_reads import _files_holding, _weights
-
         commit = self.serving(source, key, version, columns)
         if commit is None:
             return None
@@ -282,7 +285,7 @@ class Arrangements:
             if nulls:
                 mask = pc.or_(mask, pc.is_null(column))
             feed = feed.filter(pc.fill_null(mask, False))
-            weight = _weights(feed)
+            weight = feed_weights(feed)
             cancelled = int(pc.sum(pc.less(weight, 0)).as_py() or 0)  # stored rows the feed may take away
         at_most = None if limit is None else limit + cancelled
         try:
@@ -295,7 +298,7 @@ class Arrangements:
             condition = ds.field(field).isin(values)
             if nulls:
                 condition = condition | ds.field(field).is_null()
-            holding = _files_holding(table, dataset, field, values, nulls, row_groups=self.copies is None)
+            holding = files_holding(table, dataset, field, values, nulls, row_groups=self.copies is None)
             arranged, copied, row_groups = self.rows_of(self.path(source, key), holding, selected, field, values,
                                                         nulls, condition, at_most)
             if arranged is None or (at_most is not None and arranged.num_rows > at_most):
@@ -344,10 +347,8 @@ class Arrangements:
         show more than `at_most` of them: a read too large for the driver is refused before it is
         made (TPC-H Q5's supplier changes ask customer for every customer of their nations,
         660,000 rows at scale 10, which the join then reaches by c_custkey instead)."""
-        from .shared_reads import _as_integers, _row_groups_holding
-
         parts, copied_files, row_groups = [], 0, 0
-        integers = np.sort(_as_integers(values)) if self.copies is not None else None
+        integers = np.sort(as_integers(values)) if self.copies is not None else None
         wanted = pa.schema([holding.schema.field(name) for name in selected])
         try:
             fragments = list(holding.get_fragments())
@@ -362,8 +363,8 @@ class Arrangements:
                         parts.append(copied.rename_columns(selected).cast(wanted))
                         copied_files += 1
                         continue
-                    try:  # not cut by _files_holding, which left that to the copies
-                        fragment = _row_groups_holding(fragment, field, integers, nulls)
+                    try:  # not cut by files_holding, which left that to the copies
+                        fragment = row_groups_holding(fragment, field, integers, nulls)
                     except pa.ArrowException:
                         pass
                     if fragment is None:
@@ -426,9 +427,6 @@ class Arrangements:
         """The arrangements of `source` in the warehouse (key, the input version they stand for,
         appends since the last build, columns, rows stored, files, bytes), for `explain`; None
         where the folder cannot be listed from here."""
-        import pyarrow.fs as pafs
-        from deltalake import DeltaTable
-
         try:
             filesystem, root = pafs.FileSystem.from_uri(self.root)
             entries = filesystem.get_file_info(pafs.FileSelector(root, allow_not_found=True))
@@ -467,11 +465,6 @@ class Arrangements:
     def worth_arranging(self, source: str, version: int, key: str) -> bool:
         """Whether `source` as of `version` is large enough to arrange, and `key` of a type whose
         statistics are exact."""
-        from deltalake import DeltaTable
-        from deltalake.exceptions import DeltaError
-
-        from .shared_reads import key_kind
-
         try:
             table = DeltaTable(source, version=version, storage_options=self.storage_options)
             schema = pa.schema(table.schema().to_arrow())
@@ -480,7 +473,7 @@ class Arrangements:
         except (DeltaError, OSError, ValueError, pa.ArrowException):  # not sized here: not arranged
             return False
 
-    def build(self, spark, source: str, version: int, key: str, columns: list[str]) -> Commit:
+    def build(self, spark, source: str, version: int, key: str, columns: list[str]) -> ArrangementCommit:
         """Write the arrangement of `source` as of `version`: on the driver up to
         `driver_build_rows` rows (`_build_on_driver`), else by Spark (`_build_by_spark`)."""
         if not self._build_on_driver(source, version, key, columns):
@@ -504,12 +497,6 @@ class Arrangements:
         copies of its files that are gone."""
         if self.copies is None:
             return
-        from concurrent.futures import ThreadPoolExecutor
-
-        from deltalake import DeltaTable
-
-        from .shared_reads import key_kind
-
         try:
             dataset = DeltaTable(path, storage_options=self.storage_options).to_pyarrow_dataset()
             field = {n.lower(): dataset.schema.field(n) for n in dataset.schema.names}[key.lower()]
@@ -529,14 +516,9 @@ class Arrangements:
         input is at most `driver_build_rows` rows and delta-rs reads it as Spark does; whether
         it did. Up to that size the driver builds it several times faster than Spark, which pays
         for a range partitioning, a sort and its jobs (`python -m bench.arrangement_builds 1`)."""
-        from deltalake import CommitProperties, DeltaTable, WriterProperties, write_deltalake
-        from deltalake.exceptions import DeltaError
-
-        from .shared_reads import SharedReads
-
         try:
             table = DeltaTable(source, version=version, storage_options=self.storage_options)
-            if not SharedReads._plain(table) or table.count() > self.driver_build_rows:
+            if not delta_rs_reads_alike(table) or table.count() > self.driver_build_rows:
                 return False
             schema = _without_views(pa.schema(table.schema().to_arrow()).empty_table()).schema
             by_name = {f.name.lower(): f for f in schema}
@@ -562,10 +544,6 @@ class Arrangements:
         `key` in row groups of ROW_GROUP rows, in files of about `rows_per_file` rows, each one
         range of keys. (Key ranges taken from the input's Delta statistics instead of Spark's
         sampling pass saved nothing measurable: `python -m bench.arrangement_builds 1`.)"""
-        from pyspark.sql import functions as F
-
-        from .changes import quoted
-
         frame = spark.read.format("delta").option("versionAsOf", version).load(source)
         by_name = {f.name.lower(): f.name for f in frame.schema.fields}
         names = [by_name[c.lower()] for c in columns]
@@ -582,22 +560,17 @@ class Arrangements:
              .option("userMetadata", json.dumps(meta)).save(self.path(source, key)))
         log.info("arranged %s by %s as of version %d: %d rows", source, key, version, rows)
 
-    def append(self, source: str, key: str, commit: Commit, to: int, feed: pa.Table) -> None:
+    def append(self, source: str, key: str, commit: ArrangementCommit, to: int, feed: pa.Table) -> None:
         """Append the input's change feed from `commit.to` to `to` (delta-rs, one small commit)."""
-        from deltalake import CommitProperties, DeltaTable, WriterProperties, write_deltalake
-
-        from .driver_commits import _aligned
-        from .shared_reads import _weights
-
         path = self.path(source, key)
         table = DeltaTable(path, storage_options=self.storage_options)
         by_name = {n.lower(): n for n in feed.column_names}
-        rows = pa.Table.from_arrays([feed.column(by_name[c.lower()]) for c in commit.columns] + [_weights(feed)],
+        rows = pa.Table.from_arrays([feed.column(by_name[c.lower()]) for c in commit.columns] + [feed_weights(feed)],
                                     names=list(commit.columns) + [WEIGHT])
         rows = _sorted_by(_without_views(rows), next(c for c in commit.columns if c.lower() == key.lower()))
         meta = dict(arrangement=FORMAT, since=commit.to, to=to, columns=list(commit.columns), source=source, key=key,
                     rows=rows.num_rows)
-        write_deltalake(table, _aligned(rows, table), mode="append", storage_options=self.storage_options,
+        write_deltalake(table, aligned(rows, table), mode="append", storage_options=self.storage_options,
                         writer_properties=WriterProperties(max_row_group_size=ROW_GROUP),
                         commit_properties=CommitProperties(custom_metadata={"userMetadata": json.dumps(meta)}))
         self._written(source, key)

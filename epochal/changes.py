@@ -8,6 +8,8 @@ images (an update of a column nobody reads).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
@@ -116,3 +118,35 @@ def restrict(frame: DataFrame, keys: DataFrame, columns: list[str]) -> DataFrame
     return frame.join(
         renamed, null_safe_on(frame, renamed, [(c, f"__key{i}") for i, c in enumerate(columns)]), "left_semi"
     )
+
+
+CHANGE_TYPE = "_change_type"
+
+
+def feed_weights(data: pa.Table) -> pa.ChunkedArray:
+    """A change feed's weights: +1 for inserts and post-images, -1 for deletes and pre-images."""
+    positive = pc.is_in(data.column(CHANGE_TYPE).cast(pa.string()), value_set=pa.array(POSITIVE_TYPES))
+    return pc.if_else(positive, pa.scalar(1, pa.int64()), pa.scalar(-1, pa.int64()))
+
+
+OLD, NEW = "old", "new"
+
+
+@dataclass(frozen=True)
+class InputRange:
+    """An input table and the versions an epoch step reads: `before` is its version as of the
+    epoch's start, `after` as of its end (-1: the table had no version yet)."""
+
+    name: str
+    path: str
+    kind: str  # "source" | "derived"
+    before: int
+    after: int
+    schema: StructType
+
+    @property
+    def changed(self) -> bool:
+        return self.before != self.after
+
+    def version(self, side: str) -> int:
+        return self.before if side == OLD else self.after

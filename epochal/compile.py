@@ -15,14 +15,15 @@ from dataclasses import dataclass, field
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import OptimizeError, ParseError, SqlglotError
-from sqlglot.tokens import TokenType
 from sqlglot.optimizer.qualify import qualify
+from sqlglot.tokens import TokenType
 
 from .errors import DefinitionError, Unsupported
 from .fingerprint import fingerprint, output_aliases
 from .graph import Node, Scan, walk
 from .optimize import optimize
 from .plan import Planner, TableInfo
+from .rules import blocker
 
 NON_DETERMINISTIC = {
     "rand", "randn", "random", "uuid", "shuffle", "now", "current_timestamp", "current_date",
@@ -197,7 +198,7 @@ def recompute_text(sql: str, tree: exp.Expression, inputs: tuple[str, ...], outp
     return text, placeholders
 
 
-def _qualify(name: str, tree: exp.Expression, schemas: dict[str, dict[str, str]]) -> exp.Expression:
+def qualified_query(name: str, tree: exp.Expression, schemas: dict[str, dict[str, str]]) -> exp.Expression:
     try:
         return qualify(tree.copy(), schema=schemas, dialect="spark", validate_qualify_columns=True,
                        quote_identifiers=True, identify=True)
@@ -235,7 +236,7 @@ def compile_definition(
     tree = parse(name, sql)
     check_deterministic(name, tree)
     inputs = resolve_inputs(name, tree, tables)
-    qualified = _qualify(name, tree, {t.lower(): {c.lower(): ty for c, ty in cols.items()} for t, cols in schemas.items()})
+    qualified = qualified_query(name, tree, {t.lower(): {c.lower(): ty for c, ty in cols.items()} for t, cols in schemas.items()})
     text, placeholders = recompute_text(sql, tree, inputs, len(qualified.selects))
     compiled = dict(
         name=name, sql=sql, tree=qualified, inputs=inputs, fingerprint=fingerprint(qualified, output_aliases(tree)),
@@ -249,8 +250,6 @@ def compile_definition(
     ungroupable = map_columns(plan, schemas)  # the optimized plan's scans read only the columns used
     if ungroupable:
         return Compiled(**compiled, naive=naive, blocker=ungroupable)
-    from .rules import blocker  # the rules need Spark; the rest of compiling does not
-
     missing = blocker(plan)
     if missing is not None:
         return Compiled(**compiled, naive=naive, blocker=missing)

@@ -4,7 +4,6 @@ by several join terms is planned once."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import cached_property
 from typing import Callable
 
@@ -12,32 +11,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
 from . import settings
-from .shared_reads import SharedReads
+from .changes import NEW, InputRange
 from .graph import Node, Scan, walk
 from .metrics import Meter
+from .reasons import refusals
+from .rules import rule_for
+from .shared_reads import SharedReads
 from .state import StateStore
-
-OLD, NEW = "old", "new"
-
-
-@dataclass(frozen=True)
-class InputRange:
-    """An input table and the versions an epoch step reads: `before` is its version as of the
-    epoch's start, `after` as of its end (-1: the table had no version yet)."""
-
-    name: str
-    path: str
-    kind: str  # "source" | "derived"
-    before: int
-    after: int
-    schema: StructType
-
-    @property
-    def changed(self) -> bool:
-        return self.before != self.after
-
-    def version(self, side: str) -> int:
-        return self.before if side == OLD else self.after
 
 
 def state_names(plan: Node, stateful: Callable[[Node], bool]) -> dict[int, str]:
@@ -66,8 +46,6 @@ class Context:
         meter: Meter | None = None,
         reads: SharedReads | None = None,
     ):
-        from .rules import rule_for
-
         self.spark = spark
         self.plan = plan
         self.inputs = inputs
@@ -107,8 +85,6 @@ class Context:
         on the driver is counted after its scan's predicate where Arrow decides that
         (driver_filters.py), else before it: then one the predicate empties still counts as
         changed, and its terms run over no rows and add nothing."""
-        from .rescan import refusals
-
         for node in walk(self.plan):
             if isinstance(node, Scan) and self.changed(node):
                 rng = self.inputs[node.table]

@@ -33,7 +33,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict, dataclass
 
-from .rescan import COST, NOT_KEPT, STATE_MISSING
+from .reasons import COST, NOT_KEPT, STATE_MISSING
 
 INCREMENTAL_SEEN = 5
 RESCAN_SEEN = 3

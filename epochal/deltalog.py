@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from urllib.parse import unquote
 
+import pyarrow.fs as pafs
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
+from deltalake.fs import DeltaStorageHandler
+from pyspark.sql.types import StructType
 
 
 @dataclass(frozen=True)
@@ -16,6 +20,17 @@ class Commit:
     operation: str
     parameters: dict
     user_metadata: str | None
+
+    @staticmethod
+    def of_entry(entry: dict) -> "Commit":
+        """A commit from its history entry, as delta-rs's history or DESCRIBE HISTORY gives it
+        (`inCommitTimestamp` where the table has in-commit timestamps, else `timestamp`, in ms)."""
+        parameters = entry.get("operationParameters") or {}
+        return Commit(version=int(entry["version"]),
+                      timestamp_ms=int(entry.get("inCommitTimestamp") or entry["timestamp"]),
+                      operation=str(entry.get("operation") or ""),
+                      parameters=dict(parameters) if isinstance(parameters, dict) else {},
+                      user_metadata=entry.get("userMetadata"))
 
     def as_dict(self) -> dict:
         return {"timestamp": self.timestamp_ms, "userMetadata": self.user_metadata}
@@ -50,24 +65,13 @@ class DeltaLog:
             version = entry.get("version")
             if version is None or not start <= version <= end:
                 continue
-            parameters = entry.get("operationParameters") or {}
-            found.append(
-                Commit(
-                    version=version,
-                    timestamp_ms=int(entry.get("inCommitTimestamp") or entry["timestamp"]),
-                    operation=str(entry.get("operation", "")),
-                    parameters=parameters if isinstance(parameters, dict) else {},
-                    user_metadata=entry.get("userMetadata"),
-                )
-            )
+            found.append(Commit.of_entry(entry))
         return sorted(found, key=lambda commit: commit.version)
 
     def schema_json(self) -> dict:
         return json.loads(self._table.schema().to_json())
 
     def spark_schema(self):
-        from pyspark.sql.types import StructType
-
         return StructType.fromJson(self.schema_json())
 
     def properties(self) -> dict[str, str]:
@@ -104,8 +108,6 @@ class CommitActions:
 def _relative(path: str) -> str | None:
     """A data file's path relative to the table root (log paths are URI-encoded); None for an
     absolute path (a shallow clone's), which the table's own storage cannot check."""
-    from urllib.parse import unquote
-
     if "://" in path or path.startswith("/") or path.startswith("file:"):
         return None
     return unquote(path)
@@ -116,16 +118,11 @@ class TableFiles:
     checking that data files still exist, without Spark."""
 
     def __init__(self, uri: str, storage_options: dict[str, str] | None = None):
-        import pyarrow.fs as pafs
-        from deltalake.fs import DeltaStorageHandler
-
         self.uri = uri
         self._fs = pafs.PyFileSystem(DeltaStorageHandler(uri, storage_options))
 
     def commit(self, version: int) -> CommitActions | None:
         """The log entry of `version`; None when it no longer exists (log retention)."""
-        import pyarrow.fs as pafs
-
         name = f"_delta_log/{version:020d}.json"
         if self._fs.get_file_info(name).type == pafs.FileType.NotFound:
             return None
@@ -150,8 +147,6 @@ class TableFiles:
 
     def missing(self, paths) -> list[str]:
         """The paths (as the log writes them) whose files are gone."""
-        import pyarrow.fs as pafs
-
         relative = {p: _relative(p) for p in dict.fromkeys(paths)}
         checkable = [r for r in relative.values() if r is not None]
         if not checkable:
@@ -163,3 +158,45 @@ class TableFiles:
 def table_at(uri: str, version: int, storage_options: dict[str, str] | None = None) -> DeltaTable:
     """delta-rs's table as of `version` (schema, properties, files, row count from statistics)."""
     return DeltaTable(uri, version=version, storage_options=storage_options)
+
+
+CHANGED_ROWS = {  # operation -> metrics whose sum is the rows it changed (Spark's names, then delta-rs's)
+    "WRITE": ("numOutputRows", "num_added_rows"),
+    "STREAMING UPDATE": ("numOutputRows",),
+    "MERGE": ("numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRowsDeleted",
+              "num_target_rows_inserted", "num_target_rows_updated", "num_target_rows_deleted"),
+    "DELETE": ("numDeletedRows", "num_deleted_rows"),
+    "UPDATE": ("numUpdatedRows", "num_updated_rows"),
+}
+
+
+# ---- cost ----------------------------------------------------------------------------------------
+def changed_rows(path: str, before: int, after: int, storage_options=None) -> int | None:
+    """Rows the commits after `before` up to `after` inserted, updated or deleted, from their
+    metrics; None when a data-changing commit has no metrics to tell."""
+    files = TableFiles(path, storage_options)
+    total = 0
+    for version in range(before + 1, after + 1):
+        commit = files.commit(version)
+        if commit is None:
+            return None
+        names = CHANGED_ROWS.get(commit.operation.upper())
+        if names is None:
+            if commit.added or commit.removed:
+                if commit.operation.upper() in ("OPTIMIZE", "VACUUM START", "VACUUM END"):
+                    continue
+                return None
+            continue
+        metrics = commit.metrics
+        if not any(name in metrics for name in names):
+            return None
+        total += sum(int(metrics.get(name, 0) or 0) for name in names)
+    return total
+
+
+def delta_rs_reads_alike(table: DeltaTable) -> bool:
+    """Whether delta-rs reads the table as Spark does: not with column mapping (delta-rs 1.6.6
+    returns wrong change rows for a column-mapped table) nor deletion vectors."""
+    configuration = table.metadata().configuration
+    return (str(configuration.get("delta.columnMapping.mode", "none")).lower() == "none"
+            and str(configuration.get("delta.enableDeletionVectors", "false")).lower() != "true")

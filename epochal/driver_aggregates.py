@@ -25,12 +25,23 @@ import decimal
 import math
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import (DataType, DateType, DecimalType, DoubleType, FloatType, IntegerType, IntegralType,
-                               LongType, StringType, StructField, StructType)
+from pyspark.sql.types import (
+    DataType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    IntegralType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
 
-from .graph import WEIGHT, Aggregate
+from .arrow_rows import key_type
+from .graph import WEIGHT, AggCall, Aggregate
 
 LONG_MIN, LONG_MAX = -(2 ** 63), 2 ** 63 - 1
 EXACT = decimal.Context(prec=100, rounding=decimal.ROUND_HALF_UP)
@@ -106,10 +117,6 @@ def _times(value, weight: int):
 def state_types(node: Aggregate, input_types: dict[str, DataType]) -> dict[str, DataType] | None:
     """Each state column's Spark type (AggregateRule._state_type), or None where an aggregate is
     not computed here."""
-    from .rules.aggregate import _state_columns
-
-    from .driver_joins import key_type
-
     types = {}
     for agg in node.aggs:
         if agg.func == "other":
@@ -132,15 +139,13 @@ def state_types(node: Aggregate, input_types: dict[str, DataType]) -> dict[str, 
             if not _ordered(arg_type):
                 return None
             types[f"{agg.name}__m"] = arg_type
-        assert set(_state_columns(agg)) <= set(types)
+        assert set(state_columns_of(agg)) <= set(types)
     return types
 
 
 def group_change(node: Aggregate, change: pa.Table) -> dict[tuple, dict]:
     """AggregateRule._grouped_change in Python: per group key, COUNT (the weights' sum), __neg,
     and each aggregate's change columns."""
-    from .rules.aggregate import COUNT
-
     key_columns = [change.column(k).to_pylist() for k in node.keys]
     weights = change.column(WEIGHT).to_pylist()
     folded = [agg for agg in node.aggs if not agg.distinct]
@@ -245,10 +250,8 @@ def touched_rows(node: Aggregate, change: pa.Table, old: dict[tuple, dict], inpu
     of at least those groups as of the epoch's end, or None (then Spark's to compute).
     `distinct`: per COUNT(DISTINCT) aggregate's name, each group's change in its number of
     distinct values (distinct_transitions; a group absent from it did not change)."""
-    from .rules.aggregate import COUNT, _state_columns
-
     distinct = distinct or {}
-    columns = [COUNT] + [s for agg in node.aggs for s in _state_columns(agg)]
+    columns = [COUNT] + [s for agg in node.aggs for s in state_columns_of(agg)]
     types = {COUNT: LongType(), **types}
     extremes = [agg for agg in node.aggs if agg.func in ("min", "max")]
     out: dict[str, list] = {name: [] for name in
@@ -305,50 +308,6 @@ def touched_rows(node: Aggregate, change: pa.Table, old: dict[tuple, dict], inpu
     return rows, schema
 
 
-def latest_rows(data: pa.Table, keys: list[str], wanted: list[tuple], seq: str, delete_flag: str) -> dict[tuple, dict]:
-    """state.latest on the driver, for the `wanted` keys only: per key the row of the highest
-    `seq`, unless that row is a deletion. Keys match NULL-safely (None equals None), as Spark's
-    join on the state does."""
-    names = {c.lower(): c for c in data.column_names}
-    if keys and wanted:
-        first = data.column(names[keys[0].lower()])
-        values = [key[0] for key in wanted if key[0] is not None]
-        try:
-            mask = pc.is_in(first, value_set=pa.array(values, type=first.type))
-        except (pa.ArrowException, TypeError, ValueError):
-            mask = None
-        if mask is not None:
-            if any(key[0] is None for key in wanted):
-                mask = pc.or_(mask, pc.is_null(first))
-            data = data.filter(pc.fill_null(mask, False))
-    wanted_set = set(wanted)
-    best: dict[tuple, dict] = {}
-    for row in data.to_pylist():
-        key = tuple(row[names[k.lower()]] for k in keys)
-        if key in wanted_set and (key not in best or row[names[seq.lower()]] > best[key][names[seq.lower()]]):
-            best[key] = row
-    flag = names[delete_flag.lower()]
-    return {key: row for key, row in best.items() if not row[flag]}
-
-
-def latest_table(data: pa.Table, keys: list[str], seq: str, delete_flag: str) -> pa.Table:
-    """state.latest on the driver over every key in `data`: per key the row of the highest `seq`
-    unless it is a deletion, without the `seq` and `delete_flag` columns. Keys match NULL-safely."""
-    from .driver_joins import key_tuples
-
-    names = {c.lower(): c for c in data.column_names}
-    ordered = data.sort_by([(names[seq.lower()], "descending")])
-    seen, first = set(), []
-    for index, key in enumerate(key_tuples(ordered, [names[k.lower()] for k in keys]) if keys else
-                                [()] * ordered.num_rows):
-        if key not in seen:
-            seen.add(key)
-            first.append(index)
-    latest = ordered.take(pa.array(first, pa.int64()))
-    latest = latest.filter(pc.invert(pc.fill_null(latest.column(names[delete_flag.lower()]), False)))
-    return latest.drop_columns([names[seq.lower()], names[delete_flag.lower()]])
-
-
 def decimal_average(total: decimal.Decimal, count: int, result: DecimalType) -> decimal.Decimal:
     """AVG of a decimal as Spark's Average evaluates it from its buffer (DecimalDivideWithOverflowCheck):
     the sum divided by the count (Decimal division, 39 significant digits cut), rounded half-up to
@@ -370,8 +329,6 @@ def finalized_rows(node: Aggregate, touched: pa.Table, schema: StructType) -> pa
     (the keys, the aggregates' visible types, WEIGHT). COUNT, SUM, MIN and MAX are read off the
     state; AVG of doubles as Spark divides them (IEEE, as Python does), of decimals as Spark's
     Average does (decimal_average); another function is Spark's (None)."""
-    from .rules.aggregate import COUNT
-
     def average(agg, total: list, count: list) -> list:
         result = schema[agg.name].dataType
         if isinstance(result, DoubleType):
@@ -424,3 +381,18 @@ def finalized_rows(node: Aggregate, touched: pa.Table, schema: StructType) -> pa
         return pa.table([pa.array(column, type=field.type) for column, field in zip(out, arrow)], schema=arrow)
     except (pa.ArrowException, TypeError, ValueError, OverflowError):
         return None
+
+
+COUNT = "__count"
+
+
+def state_columns_of(agg: AggCall) -> list[str]:
+    if agg.func == "count_star":
+        return []
+    if agg.func in ("sum", "avg"):
+        return [f"{agg.name}__s", f"{agg.name}__n"]
+    if agg.func == "count":
+        return [f"{agg.name}__n"]
+    if agg.func in ("min", "max"):
+        return [f"{agg.name}__m"]
+    return [f"{agg.name}__v"]

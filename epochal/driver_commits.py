@@ -26,6 +26,7 @@ import math
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, write_deltalake
+from deltalake.exceptions import TableNotFoundError
 from deltalake.transaction import Transaction
 
 from .errors import StateInconsistent
@@ -50,7 +51,7 @@ def _column(name: str, alias: str | None = None) -> str:
     return f"{alias}.{quoted}" if alias else quoted
 
 
-def _aligned(rows: pa.Table, table: DeltaTable, extra: tuple[str, ...] = ()) -> pa.Table:
+def aligned(rows: pa.Table, table: DeltaTable, extra: tuple[str, ...] = ()) -> pa.Table:
     """`rows` cast to the table's own Arrow schema (Spark's Arrow types and nullability differ in
     details delta-rs does not coerce), plus the `extra` columns as they are."""
     target = pa.schema(table.schema().to_arrow())
@@ -138,7 +139,7 @@ def merge_keyed(table: DeltaTable, rows: pa.Table, columns: list[str], key: list
     key's row); at most one row per key, as apply_keyed's source."""
     values = {_column(c): _column(c, "s") for c in columns}
     (
-        table.merge(_aligned(rows, table, (OP,)), _same(key), source_alias="s", target_alias="t",
+        table.merge(aligned(rows, table, (OP,)), _same(key), source_alias="s", target_alias="t",
                     streamed_exec=False, commit_properties=_properties(app_id, seq, tag))
         .when_matched_delete(predicate=f"s.{OP} = 'delete'")
         .when_matched_update(updates=values)
@@ -152,7 +153,7 @@ def merge_multiset(table: DeltaTable, rows: pa.Table, columns: list[str], app_id
     rows never match and are added (one row per copy), as apply_multiset's source."""
     values = {_column(c): _column(c, "s") for c in columns}
     (
-        table.merge(_aligned(rows, table, (OP,)), _same(columns) + f" AND s.{OP} = 'delete'", source_alias="s",
+        table.merge(aligned(rows, table, (OP,)), _same(columns) + f" AND s.{OP} = 'delete'", source_alias="s",
                     target_alias="t", streamed_exec=False, commit_properties=_properties(app_id, seq, tag))
         .when_matched_delete()
         .when_not_matched_insert(updates=values, predicate=f"s.{OP} = 'insert'")
@@ -161,7 +162,7 @@ def merge_multiset(table: DeltaTable, rows: pa.Table, columns: list[str], app_id
 
 
 def append(table: DeltaTable, rows: pa.Table, app_id: str, seq: int, tag: str, storage_options=None) -> None:
-    write_deltalake(table, _aligned(rows, table), mode="append", storage_options=storage_options,
+    write_deltalake(table, aligned(rows, table), mode="append", storage_options=storage_options,
                     commit_properties=_properties(app_id, seq, tag))
 
 
@@ -170,8 +171,6 @@ def replace(path: str, rows: pa.Table, app_id: str, seq: int, tag: str, storage_
     """Write `rows` as the table's whole contents, as Spark's overwrite with overwriteSchema does:
     create the table (with the change data feed on when asked) or overwrite its rows and schema,
     every column nullable as Delta makes them. False when (app id, seq) is already written."""
-    from deltalake.exceptions import TableNotFoundError
-
     try:
         existing = DeltaTable(path, storage_options=storage_options)
     except TableNotFoundError:

@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from .shared_reads import key_kind
+from .arrow_rows import key_kind
 
 COMPARE = {exp.EQ: "equal", exp.NEQ: "not_equal", exp.LT: "less", exp.LTE: "less_equal",
            exp.GT: "greater", exp.GTE: "greater_equal"}

@@ -16,46 +16,21 @@ term to Spark (None).
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
-from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import (BooleanType, DataType, DateType, DecimalType, IntegralType, StringType,
-                               StructField, StructType)
+import pyarrow.compute as pc
+from pyspark.sql.types import (
+    DataType,
+    StructField,
+    StructType,
+)
 from sqlglot import exp
 
+from .arrow_rows import key_type
 from .driver_filters import driver_filter
-from .graph import WEIGHT, Join, conjoin
+from .graph import WEIGHT, Join, conjoin, join_order
 
-KEY_TYPES = (IntegralType, StringType, DateType, BooleanType, DecimalType)
 CROSS_ROWS = 1_000_000  # rows of a cross join (each row with a scalar subquery's) made in Arrow
-
-
-def key_type(data_type: DataType) -> bool:
-    if isinstance(data_type, StringType):
-        return getattr(data_type, "collation", "UTF8_BINARY") in ("UTF8_BINARY", None)
-    return isinstance(data_type, KEY_TYPES)
-
-
-def key_tuples(rows: pa.Table, columns: list[str]) -> list[tuple]:
-    """Each row's values of `columns` as a tuple (None equals None: a NULL-safe match)."""
-    return list(zip(*[rows.column(c).to_pylist() for c in columns]))
-
-
-def first_values(keys) -> tuple[tuple, bool] | None:
-    """The sorted distinct non-NULL first values of key tuples, and whether one is NULL (the
-    keys a driver read takes); None where the values do not sort."""
-    first = {key[0] for key in keys}
-    try:
-        return tuple(sorted(v for v in first if v is not None)), None in first
-    except TypeError:
-        return None
-
-
-def spark_typed(rows: pa.Table, schema: StructType) -> pa.Table | None:
-    """`rows` with `schema`'s columns, in its order and with the Arrow types Spark gives them
-    (delta-rs reads string views and its own time zones); None where a column is missing."""
-    if any(name not in rows.column_names for name in schema.names):
-        return None
-    return rows.select(schema.names).cast(to_arrow_schema(schema))
 
 
 def _split(applicable: list, have: dict[str, DataType], part: dict[str, DataType]):
@@ -83,8 +58,6 @@ def join_rows(node: Join, rows: dict[int, pa.Table], schemas: dict[int, StructTy
     """The term starting at input `start`, joined in join.join_order over Arrow `rows` (input j's
     rows with the Arrow types of Spark `schemas[j]`, spark_typed), as node.columns and the start's
     WEIGHT; None where Arrow may not decide it as Spark does."""
-    from .rules.join import join_order
-
     names = [name for j in rows for name in rows[j].column_names]
     if len(names) != len(set(names)):
         return None
@@ -121,8 +94,6 @@ def join_rows(node: Join, rows: dict[int, pa.Table], schemas: dict[int, StructTy
 def _cross(left: pa.Table, right: pa.Table) -> pa.Table | None:
     """Every pair of rows (a join on no equality: typically with a scalar subquery's one row), or
     None beyond CROSS_ROWS."""
-    import numpy as np
-
     if left.num_rows * right.num_rows > CROSS_ROWS:
         return None
     outer = left.take(pa.array(np.repeat(np.arange(left.num_rows), right.num_rows)))
@@ -157,8 +128,6 @@ def semi_join_rows(left: pa.Table, right: pa.Table, left_schema: StructType, rig
             joined = driver_filter(joined, residual)
             if joined is None:
                 return None
-        import pyarrow.compute as pc
-
         matched = pc.is_in(indexed.column(row), value_set=pc.unique(joined.column(row)))
         return left.filter(pc.invert(matched) if anti else matched)
     except (pa.ArrowException, TypeError, ValueError):
@@ -173,9 +142,6 @@ def outer_join_rows(left: pa.Table, right: pa.Table, left_schema: StructType, ri
     matches the residual rejects are none), NULL-padded; the left's columns then the right's. None
     where Arrow may not decide it as Spark does. Both tables have their schema's Arrow types
     (spark_typed)."""
-    import numpy as np
-    import pyarrow.compute as pc
-
     left_types = {f.name: f.dataType for f in left_schema.fields}
     right_types = {f.name: f.dataType for f in right_schema.fields}
     rows, names = ("__left_row", "__right_row"), left.column_names + right.column_names

@@ -6,7 +6,7 @@ jobs reading and reducing the use-count table (TPC-H Q2: Catalyst's planning and
 step, for a few thousand rows). Here it is pyarrow's sort over the rows delta-rs read.
 
 Arrow orders only what it orders as Spark does: integers, strings of the binary collation, dates,
-decimals and booleans (driver_joins.key_type). Floating point (NaN, -0.0) and timestamps are
+decimals and booleans (arrow_rows.key_type). Floating point (NaN, -0.0) and timestamps are
 Spark's (None).
 """
 
@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.types import StructType
 
-from .driver_joins import key_type
+from .arrow_rows import key_type
 from .graph import WEIGHT
 
 

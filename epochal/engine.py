@@ -23,35 +23,36 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Sequence
 
+from pyspark.errors import AnalysisException, ParseException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
 from . import epoch as protocol
 from . import faults, settings
 from .arrangements import ARRANGE_ROWS, Arrangements
-from .changes import read_snapshot
+from .changes import InputRange, read_snapshot
 from .clock import clock_named
 from .compile import Compiled, compile_definition, parse, referenced_tables
-from .context import InputRange
 from .deltalog import DeltaLog
 from .epoch import Report
-from .graph import Scan, walk
 from .errors import DefinitionError, EpochalError
+from .explain import explain
+from .graph import Scan, walk
 from .invalidation import Invalidation
 from .invalidation import compute as compute_invalidation
 from .keys import output_key
 from .ledger import Ledger, Step
 from .local_copies import LocalCopies
-from .plan import TableInfo
 from .optimize import passes_named
 from .optimize.restrict_cogenerators import keyed_partners
+from .plan import TableInfo
 from .reclock import Epoch, Remap, Source
 from .rescan import Triggers
-from .shared_reads import SharedReads
 from .sessions import engine_confs, session_confs
+from .shared_reads import SharedReads
 from .storage import check_warehouse
-from .writes import DRIVER_WRITE_TYPES
 from .warehouse import Warehouse, check_name
+from .writes import DRIVER_WRITE_TYPES
 
 log = logging.getLogger("epochal")
 
@@ -253,8 +254,6 @@ class Engine:
             stack.extend(self._tables[current].compiled.inputs)
 
     def _analyze(self, name: str, compiled: Compiled) -> StructType:
-        from pyspark.errors import AnalysisException, ParseException
-
         frames = {p: self.spark.createDataFrame([], self.schema_of(t)) for p, t in compiled.placeholders.items()}
         try:
             schema = self.spark.sql(compiled.recompute_sql, **frames).schema
@@ -482,6 +481,4 @@ class Engine:
         return self.output_frame(table, inputs, "after")
 
     def explain(self, name: str) -> str:
-        from .explain import explain
-
         return explain(self, self.table(name))

@@ -23,39 +23,40 @@ from __future__ import annotations
 import time
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
-from functools import partial, reduce
 from datetime import datetime
+from functools import partial, reduce
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from delta import exceptions
+from deltalake import DeltaTable
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType
 
-from .changes import consolidate, consolidate_rows, quoted, read_snapshot, rows_up_to
-from . import cost, faults, rescan, settings
-from .context import Context, InputRange
+from . import cost, driver_commits, faults, reasons, rescan, settings
+from .arrow_rows import lazy_frame, spark_typed
+from .changes import InputRange, consolidate, consolidate_rows, quoted, read_snapshot, rows_up_to
+from .context import Context
 from .deltalog import DeltaLog, TableFiles
+from .driver_commits import OP
 from .errors import EpochError, StateInconsistent, StrictModeError
 from .graph import WEIGHT, walk
-from .metrics import Meter, metered
 from .ledger import ABANDONED, COMMITTED, STARTED, Step
+from .metrics import Meter, metered
 from .reclock import Epoch
-from .state import StateMissing, StateStore
-from . import driver_commits
-from .driver_commits import OP
-from .driver_joins import spark_typed
 from .rules.base import analysed_schema
-from .shared_reads import lazy_frame
+from .state import StateMissing, StateStore
 from .writes import (
+    DRIVER_WRITE_TYPES,
     apply_keyed,
     apply_multiset,
+    arrow_as,
     commit_tag,
     copies_in,
     keyed_source,
     multiset_source,
-    DRIVER_WRITE_TYPES,
-    arrow_as,
     replace_contents,
     replaces_state,
     version_written,
@@ -204,7 +205,7 @@ def run(engine, table, epoch: Epoch, *, full_refresh: bool = False) -> Report:
         state_versions=dict(last.state_versions) if last else {},
         run_id=engine.run_id,
         detail={"plan": rescan.plan_signature(table.compiled.plan), "settings": now,
-                **({"state": rescan.STATE_NOT_KEPT} if technique != RESCAN and last is not None and not _keeps_state(last)
+                **({"state": reasons.STATE_NOT_KEPT} if technique != RESCAN and last is not None and not _keeps_state(last)
                    else {})},
     )
     clock = {name: note for name, note in epoch.notes.items() if name in inputs}
@@ -259,9 +260,6 @@ def _conflicts() -> tuple[type[Exception], ...]:
     """Delta's commit-conflict exceptions: Spark's (in delta-spark's Python API the specific ones,
     ConcurrentAppendException, ProtocolChangedException, ..., do not derive from
     DeltaConcurrentModificationException, so each is named) and delta-rs's for driver commits."""
-    from delta import exceptions
-    from deltalake.exceptions import CommitFailedError
-
     return tuple(getattr(exceptions, name) for name in exceptions.__all__) + (CommitFailedError,)
 
 
@@ -275,7 +273,7 @@ def _execute(engine, table, epoch: Epoch, step: Step, began: float) -> Report:
     for attempt in range(CONCURRENT_RETRIES + 1):
         try:
             return _compute_and_write(engine, table, epoch, step, began)
-        except (StateInconsistent, StateMissing, rescan.Unreadable, rescan.Costly, rescan.NotExact) as problem:
+        except (StateInconsistent, StateMissing, reasons.Unreadable, reasons.Costly, reasons.NotExact) as problem:
             done = _committed(table, step)
             if done is not None:  # a concurrent run finished the step (and moved the state on)
                 return _report(table, done, time.monotonic() - began, note="applied by a concurrent run")
@@ -287,8 +285,8 @@ def _execute(engine, table, epoch: Epoch, step: Step, began: float) -> Report:
             if table.strict:
                 raise _strict_refusal(table, reason, epoch, "nothing was written; ") from problem
             detail = {k: v for k, v in step.detail.items() if k != "state"}
-            if isinstance(problem, rescan.Costly) and not problem.keep_state and rescan.stateful_nodes(table.compiled.plan):
-                detail["state"] = rescan.STATE_NOT_KEPT  # only the output is rescanned; see _weigh
+            if isinstance(problem, reasons.Costly) and not problem.keep_state and rescan.stateful_nodes(table.compiled.plan):
+                detail["state"] = reasons.STATE_NOT_KEPT  # only the output is rescanned; see _weigh
             fresh = Step(**{**step.__dict__, "seq": table.ledger.next_seq(), "technique": RESCAN, "reason": reason,
                             "detail": {**detail, **getattr(problem, "detail", {})}})
             table.ledger.record(fresh)
@@ -357,7 +355,7 @@ def _compute_and_write_metered(engine, table, step: Step, began: float, meter: M
                 return _commit(table, step, engine, phases, began, meter, rows_read=rows_read)
             _weigh(engine, table, step, history, rows_read)
             # the epoch-start snapshots the delta rules read (planned here, read below) are Delta's to refuse, too
-            refused = partial(rescan.refusals, f"the inputs of {table.name!r} as of this epoch's start")
+            refused = partial(reasons.refusals, f"the inputs of {table.name!r} as of this epoch's start")
             with refused():
                 rows = _incremental_rows(table, ctx)
                 change = _consolidated(ctx, rows)
@@ -414,16 +412,16 @@ def _made(frame: DataFrame | None) -> bool:
 
 
 def _keeps_state(step: Step) -> bool:
-    return (step.detail or {}).get("state") != rescan.STATE_NOT_KEPT
+    return (step.detail or {}).get("state") != reasons.STATE_NOT_KEPT
 
 
 def _weigh(engine, table, step: Step, history: list[Step], rows_read: int) -> None:
     """Ask the cost model (cost.py) about this incremental step, now that its change rows are
     known: its estimate goes into the step's detail, and a rescan it expects to be cheaper is
-    raised as `rescan.Costly` (never for a strict table, nor when the engine's model is off).
+    raised as `reasons.Costly` (never for a strict table, nor when the engine's model is off).
 
     A rescan for COST writes the output only: building the state costs as much again, and the
-    steps after it are likely rescans too. Its state is then not kept (rescan.STATE_NOT_KEPT) until a
+    steps after it are likely rescans too. Its state is then not kept (reasons.STATE_NOT_KEPT) until a
     step is to run incrementally (the model expects that cheaper, explores, or is off): that step
     raises StateMissing instead, and is rescanned with the state. A rescan only tried (no rescan
     for cost measured yet, cost.Estimate.tries_rescan) keeps the state: if it loses, the table
@@ -434,10 +432,10 @@ def _weigh(engine, table, step: Step, history: list[Step], rows_read: int) -> No
     if estimate is not None:
         step.detail["estimate"] = estimate.as_dict()
         if estimate.favours_rescan:
-            raise rescan.Costly(rescan.Trigger(rescan.COST, estimate.describe()), {"estimate": estimate.as_dict()},
+            raise reasons.Costly(reasons.Trigger(reasons.COST, estimate.describe()), {"estimate": estimate.as_dict()},
                                 keep_state=estimate.tries_rescan)
     if not kept:
-        raise StateMissing(f"{rescan.NOT_KEPT}, which is to run incrementally"
+        raise StateMissing(f"{reasons.NOT_KEPT}, which is to run incrementally"
                            + (f" ({estimate.describe(choice='staying incremental')})" if estimate is not None else ""))
 
 
@@ -603,9 +601,9 @@ def _figures_on_driver(collected: Collected, state: StateStore) -> tuple[int, in
 
 def _failed(check: tuple) -> Exception:
     """The error of a failed state check: (problem, condition) is a state inconsistency,
-    (problem, condition, code) a refusal with the rescan reason `code` (rescan.NOT_EXACT)."""
+    (problem, condition, code) a refusal with the rescan reason `code` (reasons.NOT_EXACT)."""
     if len(check) > 2:
-        return rescan.NotExact(rescan.Trigger(check[2], check[0]))
+        return reasons.NotExact(reasons.Trigger(check[2], check[0]))
     return StateInconsistent(check[0])
 
 
@@ -804,9 +802,6 @@ def _commit(table, step: Step, engine, phases: Phases, began: float, meter: Mete
 
 def _row_count(path: str, version: int, storage_options=None) -> int:
     """Rows in a state table at a version, from Delta's file statistics (no Spark job)."""
-    from deltalake import DeltaTable
-    from deltalake.exceptions import DeltaError, TableNotFoundError
-
     if version < 0:
         return 0
     try:

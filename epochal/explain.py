@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from .graph import Aggregate, Join, render, walk
 from .optimize.restrict_cogenerators import keyed_partners
+from .rescan import read_columns, stateful_nodes
 from .rules import rule_for
 
 
@@ -41,8 +42,6 @@ def _numbered(plan):
 
 
 def _triggers(engine, table) -> list[str]:
-    from .rescan import read_columns, stateful_nodes
-
     compiled = table.compiled
     out = ["rescan triggers:",
            "  FIRST_RUN before the first epoch; QUERY_CHANGED when the fingerprint changes; "

@@ -350,3 +350,31 @@ def render(root: Node, indent: str = "  ") -> str:
 
     visit(root, 0)
     return "\n".join(lines)
+
+
+def _is_equality(part) -> bool:
+    return isinstance(part, (exp.EQ, exp.NullSafeEQ))
+
+
+def join_order(node: Join, start: int) -> list[tuple[int, list]]:
+    """From input `start`, the order to join the other inputs in, each with the conjuncts that
+    become applicable when it joins."""
+    remaining = conjuncts(node.condition)
+    have = set(node.parts[start].columns)
+    left = [i for i in range(len(node.parts)) if i != start]
+    order = []
+    while left:
+        def usable(i: int):
+            cols = have | set(node.parts[i].columns)
+            return [p for p in remaining if columns_in(p) <= cols and columns_in(p) & set(node.parts[i].columns)]
+
+        connected = [i for i in left if any(_is_equality(p) for p in usable(i))]
+        chosen = connected[0] if connected else left[0]
+        applicable = [p for p in remaining if columns_in(p) <= have | set(node.parts[chosen].columns)]
+        remaining = [p for p in remaining if p not in applicable]
+        order.append((chosen, applicable))
+        have |= set(node.parts[chosen].columns)
+        left.remove(chosen)
+    if remaining:  # conjuncts over no input's columns (constants) apply last
+        order.append((-1, remaining))
+    return order

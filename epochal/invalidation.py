@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .rescan import read_columns
+
 
 @dataclass(frozen=True)
 class InputSets:
@@ -72,8 +74,6 @@ class Invalidation:
 def compute(engine, previous: Invalidation | None = None, defined: str | None = None) -> Invalidation:
     """The sets for the engine's current definitions. Read columns of tables other than `defined`
     are kept from `previous`: their types are those seen when each table was defined."""
-    from .rescan import read_columns
-
     tables = {name: engine.table(name) for name in engine.tables()}
     readers: dict[str, list[str]] = {}
     for name, table in tables.items():

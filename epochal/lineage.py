@@ -20,6 +20,8 @@ from sqlglot.errors import SqlglotError
 from sqlglot.lineage import lineage
 from sqlglot.optimizer.scope import build_scope
 
+from .compile import parse, qualified_query
+
 
 @dataclass(frozen=True)
 class OutputLineage:
@@ -32,7 +34,7 @@ class OutputLineage:
 
 
 def column_lineage(tree: exp.Expression, schemas: dict[str, dict[str, str]] | None = None) -> list[OutputLineage]:
-    """The lineage of each output column of a qualified query (`epochal.compile._qualify`'s
+    """The lineage of each output column of a qualified query (`epochal.compile.qualified_query`'s
     tree). Tables are named as the query names them (lower case for the engine's inputs), columns
     as the schemas spell them. `schemas` (table -> column -> type) is only consulted by sqlglot
     for what the tree does not say; the compiled tree needs none."""
@@ -64,7 +66,5 @@ def _column_name(text: str) -> str | None:
 def lineage_of_sql(name: str, sql: str, schemas: dict[str, dict[str, str]]) -> list[OutputLineage]:
     """Parse, qualify (as the compiler does) and trace `sql`; `schemas` must hold every table it
     reads (lower-case table names, column -> Spark type string)."""
-    from .compile import _qualify, parse
-
     lowered = {t.lower(): {c.lower(): ty for c, ty in cols.items()} for t, cols in schemas.items()}
-    return column_lineage(_qualify(name, parse(name, sql), lowered), lowered)
+    return column_lineage(qualified_query(name, parse(name, sql), lowered), lowered)

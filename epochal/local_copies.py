@@ -28,6 +28,8 @@ import uuid
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
 
 log = logging.getLogger("epochal")
 
@@ -108,9 +110,6 @@ class LocalCopies:
         return target
 
     def _copy(self, fragment, key: str, target: str) -> None:
-        import pyarrow.ipc as ipc
-        import pyarrow.parquet as pq
-
         os.makedirs(os.path.dirname(target), exist_ok=True)
         temporary = f"{target}.{os.getpid()}.{uuid.uuid4().hex}"
         try:
@@ -147,8 +146,6 @@ class LocalCopies:
         """The rows of the file's batches that may hold one of `keys` (sorted int64, dates as
         days) or a NULL (with `nulls`), with `columns` (unfiltered: the caller filters the rows
         of every file at once); None when there is no usable copy (read the file as Parquet)."""
-        import pyarrow.ipc as ipc
-
         target = self.make(path, fragment, key)
         if target is None:
             return None

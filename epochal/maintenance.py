@@ -23,11 +23,14 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
+from deltalake import DeltaTable
+
 from .deltalog import DeltaLog
 from .errors import EpochalError
 from .ledger import Ledger
 from .sessions import session_confs
 from .warehouse import Warehouse, is_local, local_path
+from .writes import delta_path
 
 DEFAULT_RETENTION_HOURS = 168  # Delta's default delta.deletedFileRetentionDuration (7 days)
 SAFETY_MARGIN_HOURS = 1  # change files are written just before their commit's timestamp
@@ -169,15 +172,11 @@ def optimize(spark, target: DeltaTarget) -> MaintenanceResult:
     new commit has dataChange=false, so change feeds and epochs do not see it."""
     began = time.monotonic()
     if target.kind in ("ledger", "remap"):
-        from deltalake import DeltaTable
-
         table = DeltaTable(target.path)
         metrics = table.optimize.compact()
         table.create_checkpoint()
         detail = {"files_removed": int(metrics.get("numFilesRemoved", 0)), "files_added": int(metrics.get("numFilesAdded", 0))}
     else:
-        from .writes import delta_path
-
         # SQL rather than Delta's DeltaTable API, which a Spark Connect server runs only with Delta's plugin
         row = spark.sql(f"OPTIMIZE {delta_path(target.path)}").first()
         metrics = row["metrics"].asDict() if row is not None else {}
@@ -226,8 +225,6 @@ def vacuum(spark, target: DeltaTarget, retention_hours: float = DEFAULT_RETENTIO
         )
     hours, note = safe_retention_hours(target.path, retention_hours, keep_version)
     if target.kind in ("ledger", "remap", "arrangement"):
-        from deltalake import DeltaTable
-
         removed = DeltaTable(target.path).vacuum(retention_hours=int(math.ceil(hours)), dry_run=dry_run,
                                                  enforce_retention_duration=not allow_short_retention)
         count = len(removed)

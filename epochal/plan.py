@@ -17,8 +17,8 @@ from sqlglot import exp
 
 from .errors import Unsupported
 from .graph import (
-    Aggregate,
     AggCall,
+    Aggregate,
     Filter,
     Integrate,
     Join,

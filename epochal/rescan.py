@@ -31,56 +31,20 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from contextlib import contextmanager
-from dataclasses import dataclass
 
 from deltalake.exceptions import DeltaError
 
-from .deltalog import DeltaLog, TableFiles, table_at
+from .context import state_names
+from .deltalog import DeltaLog, TableFiles, changed_rows, table_at
 from .errors import EpochError
-
-CDF_UNAVAILABLE = "CDF_UNAVAILABLE"
-SOURCE_REWRITTEN = "SOURCE_REWRITTEN"
-STATE_MISSING = "STATE_MISSING"
-COST = "COST"
-NOT_EXACT = "NOT_EXACT"
-# detail["state"] of a rescan for COST, which writes the output only, and of the steps after it
-# until one rebuilds the state (epoch._weigh)
-STATE_NOT_KEPT = "not kept"
-NOT_KEPT = "the state was not kept by the rescans for COST before this step"  # the reason's detail when rebuilt
-
-# Delta's error conditions that mean the change data of a range cannot be read.
-CDF_ERRORS = {
-    "DELTA_MISSING_CHANGE_DATA": CDF_UNAVAILABLE,
-    "DELTA_UNSUPPORTED_TIME_TRAVEL_BEYOND_DELETED_FILE_RETENTION_DURATION": CDF_UNAVAILABLE,
-    "DELTA_VERSION_NOT_FOUND": CDF_UNAVAILABLE,
-    "DELTA_CHANGE_DATA_FEED_INCOMPATIBLE_SCHEMA_CHANGE": CDF_UNAVAILABLE,
-    "DELTA_CHANGE_DATA_FEED_INCOMPATIBLE_DATA_SCHEMA": CDF_UNAVAILABLE,
-    "DELTA_CDC_START_VERSION_AFTER_LATEST": SOURCE_REWRITTEN,  # the table has fewer versions now
-}
+from .graph import Scan, walk
+from .reasons import CDF_UNAVAILABLE, COST, SOURCE_REWRITTEN, STATE_MISSING, STATE_NOT_KEPT, Trigger
+from .rules import rule_for
 
 SCHEMA_OPERATIONS = ("ADD COLUMNS", "CHANGE COLUMN", "CHANGE COLUMNS", "RENAME COLUMN", "DROP COLUMNS",
                      "REPLACE COLUMNS")
 REPLACING = ("CREATE OR REPLACE TABLE AS SELECT", "REPLACE TABLE AS SELECT", "CREATE OR REPLACE TABLE",
              "REPLACE TABLE")
-CHANGED_ROWS = {  # operation -> metrics whose sum is the rows it changed (Spark's names, then delta-rs's)
-    "WRITE": ("numOutputRows", "num_added_rows"),
-    "STREAMING UPDATE": ("numOutputRows",),
-    "MERGE": ("numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRowsDeleted",
-              "num_target_rows_inserted", "num_target_rows_updated", "num_target_rows_deleted"),
-    "DELETE": ("numDeletedRows", "num_deleted_rows"),
-    "UPDATE": ("numUpdatedRows", "num_updated_rows"),
-}
-
-
-@dataclass(frozen=True)
-class Trigger:
-    code: str
-    detail: str
-
-    @property
-    def reason(self) -> str:
-        return f"{self.code}: {self.detail}"
 
 
 class Triggers:
@@ -111,8 +75,6 @@ class Triggers:
 def read_columns(table) -> dict[str, set[str]]:
     """Per input, the column names (lower case) the table's plan reads; an input read only by a
     plan without delta rules counts as read in full (None)."""
-    from .graph import Scan, walk
-
     plan = table.compiled.plan or table.compiled.naive
     reads: dict[str, set[str] | None] = {name: set() for name in table.compiled.inputs}
     if plan is None:
@@ -282,58 +244,9 @@ def _seen_change(engine, table, rng, log: DeltaLog, reads, change: str) -> Trigg
     return Trigger(SOURCE_REWRITTEN, f"{_describe(rng)}: {change}, a column this table reads")
 
 
-class Unreadable(EpochError):
-    """Delta refused to read an input range (one of CDF_ERRORS) while a step computed its change:
-    the step is rescanned for `trigger`, or refused when the table is strict."""
-
-    def __init__(self, trigger: Trigger):
-        super().__init__(trigger.reason)
-        self.trigger = trigger
-
-
-class NotExact(EpochError):
-    """A step's arithmetic would not give what the recompute gives (a running sum that overflowed
-    its type, so the state no longer holds the sum): refused before anything is written, and the
-    step is rescanned for `trigger` (or refused, when the table is strict)."""
-
-    def __init__(self, trigger: Trigger):
-        super().__init__(trigger.reason)
-        self.trigger = trigger
-
-
-class Costly(EpochError):
-    """The cost model expects a rescan to be cheaper than the incremental step it was asked
-    about (found once the step read its change batches): the step is rescanned for `trigger`."""
-
-    def __init__(self, trigger: Trigger, detail: dict | None = None, keep_state: bool = False):
-        super().__init__(trigger.reason)
-        self.trigger = trigger
-        self.detail = detail or {}  # for the rescan step's record: the estimates
-        self.keep_state = keep_state  # a rescan tried to be measured keeps it: it may well lose
-
-
-@contextmanager
-def refusals(what: str):
-    """Turn Delta's "this range cannot be read" errors (CDF_ERRORS, by condition code) raised in the
-    block into `Unreadable`, naming `what` was read; any other error propagates as it is."""
-    from pyspark.errors import AnalysisException, IllegalArgumentException, UnsupportedOperationException
-
-    try:
-        yield
-    except (AnalysisException, IllegalArgumentException, UnsupportedOperationException) as error:
-        condition = error.getCondition() if hasattr(error, "getCondition") else None
-        if condition not in CDF_ERRORS:
-            raise
-        raise Unreadable(Trigger(CDF_ERRORS[condition], f"Delta cannot read {what} ({condition})")) from error
-
-
 # ---- state ---------------------------------------------------------------------------------------
 def stateful_nodes(plan) -> dict[str, object]:
     """State name -> node, for every node whose rule keeps state."""
-    from .context import state_names
-    from .graph import walk
-    from .rules import rule_for
-
     names = state_names(plan, lambda node: rule_for(node).stateful(node))
     return {names[id(node)]: node for node in walk(plan) if id(node) in names}
 
@@ -381,30 +294,6 @@ def state_trigger(engine, table, last) -> Trigger | None:
         if missing:
             return Trigger(STATE_MISSING, f"state table {name} lost {len(missing)} data files of version {version}")
     return None
-
-
-# ---- cost ----------------------------------------------------------------------------------------
-def changed_rows(path: str, before: int, after: int, storage_options=None) -> int | None:
-    """Rows the commits after `before` up to `after` inserted, updated or deleted, from their
-    metrics; None when a data-changing commit has no metrics to tell."""
-    files = TableFiles(path, storage_options)
-    total = 0
-    for version in range(before + 1, after + 1):
-        commit = files.commit(version)
-        if commit is None:
-            return None
-        names = CHANGED_ROWS.get(commit.operation.upper())
-        if names is None:
-            if commit.added or commit.removed:
-                if commit.operation.upper() in ("OPTIMIZE", "VACUUM START", "VACUUM END"):
-                    continue
-                return None
-            continue
-        metrics = commit.metrics
-        if not any(name in metrics for name in names):
-            return None
-        total += sum(int(metrics.get(name, 0) or 0) for name in names)
-    return total
 
 
 def cost_trigger(engine, fraction: float, inputs) -> Trigger | None:

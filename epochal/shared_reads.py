@@ -8,7 +8,7 @@ path, version), by delta-rs as Arrow with every column, when it is small: at mos
 rows (from the commits' metrics, or the version's file statistics). Each step then selects its
 columns from a local relation. A larger read, or one delta-rs cannot make, is left to Spark (the
 methods return None); Spark also has the last word on ranges Delta refuses to read
-(rescan.refusals).
+(reasons.refusals).
 
 A large table is read here too when only the rows holding some key values are wanted (a join
 term's co-generators, an affected-key recompute): `restricted` scans one version once for one key
@@ -20,240 +20,27 @@ the driver without a Spark job (figures in bench/RESULTS.md).
 
 from __future__ import annotations
 
-import collections
 import json
 import logging
 import threading
 import time
-from datetime import date, datetime
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as ds
+from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError
 from pyspark.sql import DataFrame
-from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import LongType, StructField, StructType
 
-from .changes import POSITIVE_TYPES, consolidate_rows
+from .arrow_rows import key_kind, lazy_frame
+from .changes import consolidate_rows, feed_weights
+from .deltalog import changed_rows, delta_rs_reads_alike, table_at
+from .file_pruning import files_holding
 from .graph import WEIGHT
-from .local_copies import integers_and_nulls
 
-CHANGE_TYPE = "_change_type"
 log = logging.getLogger("epochal")
-
-
-def key_kind(arrow_type: pa.DataType) -> str:
-    for kind, test in (("integer", pa.types.is_integer), ("string", pa.types.is_string),
-                       ("string", pa.types.is_large_string), ("string", pa.types.is_string_view),
-                       ("date", pa.types.is_date), ("decimal", pa.types.is_decimal),
-                       ("boolean", pa.types.is_boolean)):
-        if test(arrow_type):
-            return kind
-    return str(arrow_type)
-
-
-def _weights(data: pa.Table) -> pa.ChunkedArray:
-    """A change feed's weights: +1 for inserts and post-images, -1 for deletes and pre-images."""
-    positive = pc.is_in(data.column(CHANGE_TYPE).cast(pa.string()), value_set=pa.array(POSITIVE_TYPES))
-    return pc.if_else(positive, pa.scalar(1, pa.int64()), pa.scalar(-1, pa.int64()))
-
-
-class LocalFrame(ClassicDataFrame):
-    """A local relation of Arrow rows, handed to Spark only when Spark first needs it.
-
-    Most rows read or computed on the driver stay there (a join term, an aggregate, a write
-    computed in Arrow), yet each is a DataFrame in case a rule above gives it to Spark, and
-    createDataFrame has a fixed cost that a step creating dozens of them pays dozens of times
-    (TPC-H Q21's did). Until a method needs the Java DataFrame, only the schema is known; the
-    first attribute that needs it creates it (once, under a lock: steps share frames), and from
-    then on this is that DataFrame."""
-
-    def __new__(cls, *args, **kwargs):
-        return object.__new__(cls)
-
-    def __init__(self, session, create, schema: StructType):
-        self.__dict__.update(_session=session, _create=create, _creating=threading.Lock(), schema=schema)
-
-    @property
-    def created(self) -> bool:
-        return "_jdf" in self.__dict__
-
-    def __getattr__(self, name: str):
-        if name.startswith("__") or name in ("_create", "_creating"):
-            raise AttributeError(name)
-        with self.__dict__["_creating"]:
-            if "_jdf" not in self.__dict__:
-                frame = self.__dict__["_create"]()
-                self.__dict__.update({k: v for k, v in frame.__dict__.items() if k != "schema"})
-        if name in self.__dict__:
-            return self.__dict__[name]
-        return super().__getattr__(name)  # DataFrame's: a column by name
-
-
-def lazy_frame(spark, create, schema: StructType) -> DataFrame:
-    """`create()`'s frame, of `schema`, created only when Spark first needs it (a LocalFrame);
-    Spark Connect's frames are not classic: created now."""
-    if type(spark).__module__.startswith("pyspark.sql.connect"):
-        return create()
-    return LocalFrame(spark, create, schema)
-
-
-def _admits(keys: list, smallest, largest) -> bool:
-    """Whether a [smallest, largest] range (either end None: unknown) holds one of the sorted `keys`."""
-    import bisect
-
-    if smallest is None or largest is None:
-        return True
-    at = bisect.bisect_left(keys, smallest)
-    return at < len(keys) and keys[at] <= largest
-
-
-class _FileBounds:
-    """A Parquet data file's fragment with its footer read, and its row groups' statistics of
-    one column as arrays, kept across reads: a keyed read of an arrangement otherwise parsed
-    every file's footer and looped over tens of thousands of row groups' statistics in Python on
-    every read, a large share of the read. A Delta data file is never rewritten in place, so
-    (path, size) names its contents. Bounded by column chunks held (CACHED_CHUNKS)."""
-
-    def __init__(self):
-        self._files: collections.OrderedDict = collections.OrderedDict()
-        self._chunks = 0
-        self._guard = threading.Lock()
-
-    def get(self, fragment, size, column: str):
-        """(fragment with its metadata, lows, highs, may hold NULL) for `column`, lows and highs
-        as int64 (dates as days; a row group without statistics spans everything); None where
-        the file has no such leaf column or its statistics are not integers or dates."""
-        key = (fragment.path, size, column) if size is not None else None  # unsized: not kept
-        with self._guard:
-            found = self._files.get(key) if key is not None else None
-            if found is not None:
-                self._files.move_to_end(key)
-                return found[:-1]
-        metadata = fragment.metadata
-        leaf = next((j for j in range(metadata.num_columns) if metadata.schema.column(j).path == column), None)
-        if leaf is None:
-            return None
-        count = metadata.num_row_groups
-        lows = np.full(count, np.iinfo(np.int64).min, dtype=np.int64)
-        highs = np.full(count, np.iinfo(np.int64).max, dtype=np.int64)
-        nulls = np.ones(count, dtype=bool)
-        for index in range(count):
-            statistics = metadata.row_group(index).column(leaf).statistics
-            if statistics is None:
-                continue
-            if statistics.has_min_max:
-                low, high = _as_integer(statistics.min), _as_integer(statistics.max)
-                if low is None or high is None:
-                    return None
-                lows[index], highs[index] = low, high
-            nulls[index] = not statistics.has_null_count or statistics.null_count > 0
-        found = (fragment, lows, highs, nulls)
-        if key is None:
-            return found
-        with self._guard:
-            self._files[key] = (*found, count * metadata.num_columns)
-            self._chunks += count * metadata.num_columns
-            while self._chunks > CACHED_CHUNKS and len(self._files) > 1:
-                self._chunks -= self._files.popitem(last=False)[1][-1]
-        return found
-
-
-CACHED_CHUNKS = 2_000_000  # column chunks of cached footers (a few hundred bytes each)
-_FILE_BOUNDS = _FileBounds()
-
-
-EPOCH_DAY = date(1970, 1, 1)
-
-
-def _as_integer(value) -> int | None:
-    """A statistic as _FileBounds holds it: an integer, or a date as days since 1970 (what
-    date32 holds, so `_as_integers` casts keys alike); None for anything else."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, date) and not isinstance(value, datetime):
-        return (value - EPOCH_DAY).days
-    return None
-
-
-def _as_integers(values: pa.Array) -> np.ndarray:
-    """Sorted integer or date keys, none NULL, as int64 (dates as days since 1970), as _FileBounds
-    and the local copies' bounds hold them."""
-    return integers_and_nulls(values)[0]
-
-
-def _row_groups_holding(fragment, column: str, keys: np.ndarray, nulls: bool, size=None):
-    """`fragment` cut to its row groups whose statistics of `column` admit one of `keys` (sorted
-    int64, `_as_integers`), or a NULL when `nulls`; None when it holds none; the fragment itself
-    when it cannot tell."""
-    found = _FILE_BOUNDS.get(fragment, size, column)
-    if found is None:
-        return fragment
-    fragment, lows, highs, may_null = found
-    at = np.searchsorted(keys, lows, side="left")
-    admitted = (at < len(keys)) & (keys[np.minimum(at, len(keys) - 1)] <= highs)
-    if nulls:
-        admitted |= may_null
-    chosen = np.flatnonzero(admitted)
-    if not len(chosen):
-        return None
-    return fragment if len(chosen) == len(lows) else fragment.subset(row_group_ids=chosen.tolist())
-
-
-def _files_holding(table, dataset, column: str, values: pa.Array, nulls: bool, row_groups: bool = True):
-    """`dataset` cut to the files whose min/max statistics of `column` admit one of `values`
-    (sorted), or a NULL when `nulls`, and within them (with `row_groups`) to the row groups whose
-    statistics do (that reads each file's footer: not wanted where local copies, with bounds of
-    their own, serve the files).
-    pyarrow skips neither for an `isin` filter, and Delta keeps every file's statistics: changes
-    to recent or old keys (an OLTP table's usual pattern) then read a few files instead of all,
-    and a table sorted by the key in small row groups (a join's keyed state) is read for random
-    keys in about (keys x row group) rows, at any size, several times faster than with `isin`
-    alone (`python -m bench.keyed_reads` measures both).
-    Only for integers and dates, whose statistics are exact (a string's are truncated); a file
-    or row group without statistics is kept."""
-    import pyarrow.dataset as ds
-
-    if key_kind(values.type) not in ("integer", "date") or not len(values):
-        return dataset
-    actions = table.get_add_actions(flatten=True)
-    low, high, null_count = (f"min.{column}", f"max.{column}", f"null_count.{column}")
-    if low not in actions.column_names or high not in actions.column_names:
-        return dataset
-    keys = sorted(values.to_pylist())
-    kept = {}
-    counts = actions.column(null_count).to_pylist() if null_count in actions.column_names \
-        else [None] * actions.num_rows
-    for path, size, smallest, largest, count in zip(
-            actions.column("path").to_pylist(), actions.column("size_bytes").to_pylist(),
-            actions.column(low).to_pylist(), actions.column(high).to_pylist(), counts):
-        if _admits(keys, smallest, largest) or (nulls and count != 0):
-            kept[path] = size
-    fragments = list(dataset.get_fragments())
-    chosen = [f for f in fragments if f.path in kept]
-    if len(chosen) != len(kept):  # paths spelled otherwise (encoded): read every file
-        chosen = fragments
-    if not row_groups:
-        cut = chosen
-    else:
-        cut = _row_groups_cut(chosen, column, keys, values.type, nulls, kept)
-    cut = [f for f in cut if f is not None]
-    if len(cut) == len(fragments) and all(a is b for a, b in zip(cut, fragments)):
-        return dataset
-    return ds.FileSystemDataset(cut, dataset.schema, dataset.format, dataset.filesystem)
-
-
-def _row_groups_cut(chosen: list, column: str, keys: list, kind: pa.DataType, nulls: bool, sizes: dict) -> list:
-    """Each of `chosen` cut by `_row_groups_holding` (None: holds none), or all of them as they
-    are where they are not Parquet fragments or their statistics are unlike."""
-    try:
-        integers = _as_integers(pa.array(keys, kind))
-        return [_row_groups_holding(f, column, integers, nulls, sizes.get(f.path)) for f in chosen]
-    except (AttributeError, TypeError, pa.ArrowException):  # not Parquet fragments, or unlike statistics
-        return chosen
 
 
 KEY_ROWS_PER_DRIVER_ROW = 10
@@ -294,39 +81,23 @@ class SharedReads:
                 self._reads[key] = read()
             return self._reads[key]
 
-    @staticmethod
-    def _plain(table) -> bool:
-        """Whether delta-rs reads the table as Spark does: not with column mapping (delta-rs
-        1.6.6 returns wrong change rows for a column-mapped table) nor deletion vectors."""
-        configuration = table.metadata().configuration
-        return (str(configuration.get("delta.columnMapping.mode", "none")).lower() == "none"
-                and str(configuration.get("delta.enableDeletionVectors", "false")).lower() != "true")
-
     def _changes(self, path: str, before: int, after: int, limit: int | None = None) -> pa.Table | None:
-        from deltalake import DeltaTable
-        from deltalake.exceptions import DeltaError
-
-        from .rescan import changed_rows
-
         rows = changed_rows(path, before, after, self.storage_options)
         # an update records two rows (pre- and post-image)
         if rows is None or 2 * rows > (self.driver_rows if limit is None else limit):
             return None
         try:
             table = DeltaTable(path, storage_options=self.storage_options)
-            if not self._plain(table):
+            if not delta_rs_reads_alike(table):
                 return None
             return pa.table(table.load_cdf(starting_version=before + 1, ending_version=after).read_all())
         except (DeltaError, OSError):  # Spark reads it, and names what is wrong where it cannot
             return None
 
     def _snapshot(self, path: str, version: int) -> pa.Table | None:
-        from deltalake import DeltaTable
-        from deltalake.exceptions import DeltaError
-
         try:
             table = DeltaTable(path, version=version, storage_options=self.storage_options)
-            if not self._plain(table) or table.count() > self.driver_rows:  # count: the files' statistics
+            if not delta_rs_reads_alike(table) or table.count() > self.driver_rows:  # count: the files' statistics
                 return None
             return pa.table(table.to_pyarrow_table())
         except (DeltaError, OSError, ValueError):  # no statistics, or unreadable here: Spark's to read
@@ -365,8 +136,6 @@ class SharedReads:
         if data is None:
             return None
         if schema is None:
-            from .deltalog import table_at
-
             schema = StructType.fromJson(json.loads(table_at(path, version, self.storage_options).schema().to_json()))
         return self._local(spark, data, schema, None)
 
@@ -392,7 +161,7 @@ class SharedReads:
         data = self.change_rows(path, before, after)
         if data is None:
             return None
-        return self._local(spark, data, schema, columns, _weights(data))
+        return self._local(spark, data, schema, columns, feed_weights(data))
 
     def consolidated_changes(self, spark, path: str, before: int, after: int, schema: StructType,
                              columns: list[str]) -> tuple[DataFrame, pa.Table] | None:
@@ -409,7 +178,7 @@ class SharedReads:
             return None
         fields = [by_name[c.lower()] for c in columns]
         rows = consolidate_rows(pa.Table.from_arrays(
-            [data.column(names[c.lower()]) for c in columns] + [_weights(data)], names=fields + [WEIGHT]))
+            [data.column(names[c.lower()]) for c in columns] + [feed_weights(data)], names=fields + [WEIGHT]))
         if rows is None:
             return None
         return self._local(spark, rows, schema, fields, rows.column(WEIGHT)), rows
@@ -426,13 +195,9 @@ class SharedReads:
         return values.cast(target)  # raises where a value does not fit: Spark's to read
 
     def _restricted(self, path: str, version: int, field: str, keys: tuple, nulls: bool) -> pa.Table | None:
-        import pyarrow.dataset as ds
-        from deltalake import DeltaTable
-        from deltalake.exceptions import DeltaError
-
         try:
             table = DeltaTable(path, version=version, storage_options=self.storage_options)
-            if not self._plain(table):
+            if not delta_rs_reads_alike(table):
                 return None
             dataset = table.to_pyarrow_dataset()
             names = {name.lower(): name for name in dataset.schema.names}
@@ -444,7 +209,7 @@ class SharedReads:
             if not keys and not nulls:  # no keys (a change batch its partners left empty): no rows
                 return pa.schema([dataset.schema.field(c) for c in columns]).empty_table()
             copied = self._copied(path, target.type)
-            dataset = _files_holding(table, dataset, target.name, values, nulls, row_groups=not copied)
+            dataset = files_holding(table, dataset, target.name, values, nulls, row_groups=not copied)
             condition = ds.field(target.name).isin(values)
             if nulls:
                 condition = condition | ds.field(target.name).is_null()
@@ -496,14 +261,11 @@ class SharedReads:
     def _arranged(self, path: str, version: int, field: str, keys: tuple, nulls: bool) -> pa.Table | None:
         """`_restricted`'s rows read from the input's arrangement by `field` (arrangements.py), or
         None where none serves this version and these columns."""
-        from deltalake import DeltaTable
-        from deltalake.exceptions import DeltaError
-
         if self.arrangements is None or path not in self.columns or not keys:
             return None
         try:
             table = DeltaTable(path, version=version, storage_options=self.storage_options)
-            if not self._plain(table):
+            if not delta_rs_reads_alike(table):
                 return None
             schema = pa.schema(table.schema().to_arrow())
         except (DeltaError, OSError, ValueError, pa.ArrowException):
@@ -611,15 +373,12 @@ class SharedReads:
         return self._once(("read columns", path, version), lambda: self._read_whole(path, version, field, sample))
 
     def _read_whole(self, path: str, version: int, field: str, sample: pa.Table) -> pa.Table | None:
-        from deltalake import DeltaTable
-        from deltalake.exceptions import DeltaError
-
         try:
             table = DeltaTable(path, version=version, storage_options=self.storage_options)
             per_row = sample.nbytes / sample.num_rows if sample.num_rows else None
             with self._guard:
                 room = per_row is not None and table.count() * per_row * 1.2 <= self.held_bytes - self._held
-            if not room or not self._plain(table):
+            if not room or not delta_rs_reads_alike(table):
                 return None
             began = time.perf_counter()
             dataset = table.to_pyarrow_dataset()

@@ -17,9 +17,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from .arrow_rows import first_values, key_tuples
 from .changes import null_safe_on, quoted
 from .deltalog import DeltaLog
 from .errors import EpochError
@@ -108,9 +111,6 @@ class StateStore:
     def latest_on_driver(self, name: str, keys: list[str], wanted: list[tuple]) -> dict[tuple, dict] | None:
         """`read` restricted to the `wanted` keys, on the driver: per key its latest state row
         (column -> value) unless deleted; None where the rows are Spark's to read."""
-        from .driver_aggregates import latest_rows
-        from .driver_joins import first_values
-
         data = self._raw_on_driver(name, keys[0] if keys else None, first_values(wanted) if keys else None)
         return latest_rows(data, keys, wanted, SEQ, DELETE_FLAG) if data is not None else None
 
@@ -119,8 +119,6 @@ class StateStore:
         """`read` on the driver as Arrow (delta-rs's types): every key's latest row when the state
         is small, else with `column` (a key) the keys whose `column` is one of `wanted` (values,
         NULLs too); None where the rows are Spark's to read."""
-        from .driver_aggregates import latest_table
-
         data = self._raw_on_driver(name, column, wanted)
         return latest_table(data, keys, SEQ, DELETE_FLAG) if data is not None else None
 
@@ -143,3 +141,45 @@ class StateStore:
                 break
             count += 1
         return count
+
+
+def latest_rows(data: pa.Table, keys: list[str], wanted: list[tuple], seq: str, delete_flag: str) -> dict[tuple, dict]:
+    """state.latest on the driver, for the `wanted` keys only: per key the row of the highest
+    `seq`, unless that row is a deletion. Keys match NULL-safely (None equals None), as Spark's
+    join on the state does."""
+    names = {c.lower(): c for c in data.column_names}
+    if keys and wanted:
+        first = data.column(names[keys[0].lower()])
+        values = [key[0] for key in wanted if key[0] is not None]
+        try:
+            mask = pc.is_in(first, value_set=pa.array(values, type=first.type))
+        except (pa.ArrowException, TypeError, ValueError):
+            mask = None
+        if mask is not None:
+            if any(key[0] is None for key in wanted):
+                mask = pc.or_(mask, pc.is_null(first))
+            data = data.filter(pc.fill_null(mask, False))
+    wanted_set = set(wanted)
+    best: dict[tuple, dict] = {}
+    for row in data.to_pylist():
+        key = tuple(row[names[k.lower()]] for k in keys)
+        if key in wanted_set and (key not in best or row[names[seq.lower()]] > best[key][names[seq.lower()]]):
+            best[key] = row
+    flag = names[delete_flag.lower()]
+    return {key: row for key, row in best.items() if not row[flag]}
+
+
+def latest_table(data: pa.Table, keys: list[str], seq: str, delete_flag: str) -> pa.Table:
+    """state.latest on the driver over every key in `data`: per key the row of the highest `seq`
+    unless it is a deletion, without the `seq` and `delete_flag` columns. Keys match NULL-safely."""
+    names = {c.lower(): c for c in data.column_names}
+    ordered = data.sort_by([(names[seq.lower()], "descending")])
+    seen, first = set(), []
+    for index, key in enumerate(key_tuples(ordered, [names[k.lower()] for k in keys]) if keys else
+                                [()] * ordered.num_rows):
+        if key not in seen:
+            seen.add(key)
+            first.append(index)
+    latest = ordered.take(pa.array(first, pa.int64()))
+    latest = latest.filter(pc.invert(pc.fill_null(latest.column(names[delete_flag.lower()]), False)))
+    return latest.drop_columns([names[seq.lower()], names[delete_flag.lower()]])

@@ -9,6 +9,9 @@ import re
 import threading
 from urllib.parse import urlparse
 
+import pyarrow.fs as pafs
+from deltalake.fs import DeltaStorageHandler
+
 from .errors import EpochalError
 from .warehouse import is_local
 
@@ -28,9 +31,6 @@ def check_warehouse(root: str, storage_options: dict[str, str] | None) -> None:
     outcome: list[BaseException | None] = []
 
     def probe() -> None:
-        import pyarrow.fs as pafs
-        from deltalake.fs import DeltaStorageHandler
-
         try:
             store = pafs.PyFileSystem(DeltaStorageHandler(root, {**(storage_options or {}), **PROBE_OPTIONS}))
             store.get_file_info(pafs.FileSelector("", allow_not_found=True))

@@ -15,15 +15,30 @@ import threading
 import uuid
 from contextlib import contextmanager
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import (BinaryType, BooleanType, ByteType, DateType, DecimalType, DoubleType, FloatType,
-                               IntegerType, LongType, ShortType, StringType, StructType, TimestampType)
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import (
+    BinaryType,
+    BooleanType,
+    ByteType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    StructType,
+    TimestampType,
+)
 
 from . import driver_commits
 from .changes import null_safe_on, quoted, restrict, rows_up_to
-from .driver_commits import OP
 from .deltalog import DeltaLog
+from .driver_commits import OP
 from .errors import StateInconsistent
 from .graph import WEIGHT
 from .state import COMPACT_AFTER, DELETE_FLAG, SEQ, StateStore, StateWrite, latest
@@ -193,8 +208,6 @@ def apply_multiset(spark, path: str, source: DataFrame, columns: list[str], iden
 
 def _tagged(rows, seq: int):
     """Collected state rows with the columns write_state adds in Spark: the delete flag and seq."""
-    import pyarrow as pa
-
     if DELETE_FLAG not in rows.column_names:
         rows = rows.append_column(DELETE_FLAG, pa.array([False] * rows.num_rows, pa.bool_()))
     return rows.append_column(SEQ, pa.array([seq] * rows.num_rows, pa.int64()))
@@ -239,9 +252,6 @@ def _spark_replace(frame: DataFrame, path: str, app_id: str, seq: int, tag: str,
 def arrow_as(rows, schema: StructType):
     """Collected rows with the Arrow types of the Spark schema (a collect's types can differ in
     details: large strings, time zones)."""
-    import pyarrow as pa
-    from pyspark.sql.pandas.types import to_arrow_schema
-
     target = to_arrow_schema(schema)
     return pa.Table.from_arrays([rows.column(i).cast(field.type) for i, field in enumerate(target)], schema=target)
 

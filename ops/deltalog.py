@@ -7,16 +7,8 @@ credentials and which a Spark Connect server with Delta's SQL extension runs too
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from epochal.deltalog import Commit
 from epochal.warehouse import is_local, local_path
-
-
-@dataclass(frozen=True)
-class Commit:
-    version: int
-    operation: str
-    user_metadata: str | None
 
 
 def history(spark, path: str, limit: int | None = None) -> list[Commit]:
@@ -24,13 +16,11 @@ def history(spark, path: str, limit: int | None = None) -> list[Commit]:
     if is_local(path):
         import deltalake
 
-        return [
-            Commit(entry["version"], entry.get("operation", ""), entry.get("userMetadata"))
-            for entry in deltalake.DeltaTable(local_path(path)).history(limit)
-        ]
+        return [Commit.of_entry(entry) for entry in deltalake.DeltaTable(local_path(path)).history(limit)]
     history_ = spark.sql(f"DESCRIBE HISTORY {delta_path(path)}" + (f" LIMIT {int(limit)}" if limit else ""))
-    rows = history_.select("version", "operation", "userMetadata").orderBy(history_["version"].desc())
-    return [Commit(r.version, r.operation, r.userMetadata) for r in rows.collect()]
+    rows = history_.select("version", "timestamp", "operation", "operationParameters", "userMetadata")
+    return [Commit.of_entry({**row.asDict(), "timestamp": int(row.timestamp.timestamp() * 1000)})
+            for row in rows.orderBy(history_["version"].desc()).collect()]
 
 
 def latest_commit(spark, path: str) -> Commit:

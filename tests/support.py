@@ -9,6 +9,7 @@ from collections import Counter
 from datetime import datetime, timezone
 
 from epochal.changes import quoted
+from epochal.deltalog import delta_rs_reads_alike
 from epochal.writes import delta_path
 
 # The tests' JVMs are short-lived and run thousands of tiny plans: C1-compiled code only and the
@@ -124,13 +125,12 @@ class Oracle:
         from pyspark.sql.pandas.types import to_arrow_schema
 
         from epochal.changes import read_snapshot
-        from epochal.shared_reads import SharedReads
 
         spark = self.engine.spark
         if version >= 0:
             try:
                 table = DeltaTable(path, version=version, storage_options=self.engine.storage_options)
-                if SharedReads._plain(table):  # read as Spark reads it: no column mapping, no deletion vectors
+                if delta_rs_reads_alike(table):  # read as Spark reads it: no column mapping, no deletion vectors
                     data = table.to_pyarrow_table(columns=schema.names)
                     # one chunk: PySpark's createDataFrame drops the rows after an empty chunk
                     return spark.createDataFrame(data.combine_chunks().cast(to_arrow_schema(schema)), schema=schema)
@@ -215,10 +215,8 @@ class SyntheticSource:
         read of a version just written rebuilds its snapshot in several jobs; bench/source_writes.py)."""
         from deltalake import DeltaTable as DeltaRsTable
 
-        from epochal.shared_reads import SharedReads
-
         table = DeltaRsTable(self.path)
-        if SharedReads._plain(table):
+        if delta_rs_reads_alike(table):
             data = table.to_pyarrow_table()
             return list(zip(*(column.to_pylist() for column in data.columns)))
         return [tuple(row) for row in self.spark.read.format("delta").load(self.path).collect()]

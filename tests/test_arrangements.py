@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from epochal import Engine
-from epochal.arrangements import MAX_APPENDS, ROW_GROUP, Arrangements, Commit, due_for_rebuild, net_rows
+from epochal.arrangements import MAX_APPENDS, ROW_GROUP, Arrangements, ArrangementCommit, due_for_rebuild, net_rows
 from epochal.graph import WEIGHT
 from epochal.local_copies import LocalCopies
 from epochal.optimize.restrict_cogenerators import keyed_partners
@@ -200,7 +200,7 @@ def test_a_build_sorts_the_input_by_its_key_into_disjoint_ranges(spark, warehous
 
 def test_an_arrangement_is_built_again_once_its_appends_are_many_or_large():
     def chain(built, *appended):
-        return [Commit(0, None, 0, ("k",), built)] + [Commit(i + 1, i, i + 1, ("k",), rows)
+        return [ArrangementCommit(0, None, 0, ("k",), built)] + [ArrangementCommit(i + 1, i, i + 1, ("k",), rows)
                                                        for i, rows in enumerate(appended)]
 
     assert not due_for_rebuild(chain(10))

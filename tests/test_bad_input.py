@@ -8,7 +8,6 @@ Compile-time errors need no epoch; the rest run on small sources written with de
 from __future__ import annotations
 
 import os
-import shutil
 import uuid
 from datetime import datetime, timedelta, timezone
 

@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from epochal import cost, rescan
+from epochal import cost, reasons
 from epochal.ledger import COMMITTED, Step
 
 AT = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -78,7 +78,7 @@ def test_the_rebuild_after_rescans_for_cost_counts_as_one_and_the_next_step_expl
     """Rescans for cost keep no state: the step that explores rebuilds it (a rescan whose reason
     says the state was not kept), and the step after that runs incrementally to be measured."""
     costly = [step("rescan", 2.0, reason="COST: estimated") for _ in range(cost.EXPLORE_AFTER - 1)]
-    rebuilt = step("rescan", 6.0, reason=f"STATE_MISSING: {rescan.NOT_KEPT}, which is to run incrementally")
+    rebuilt = step("rescan", 6.0, reason=f"STATE_MISSING: {reasons.NOT_KEPT}, which is to run incrementally")
     history = [step("rescan", 2.0, reason="FIRST_RUN"), step("incremental", 8.0, 100)]
     assert cost.estimate(history + costly + [rebuilt], 100) is None
     assert cost.estimate(history + costly + [rebuilt, step("incremental", 8.0, 100)], 100).favours_rescan

@@ -6,8 +6,6 @@ and refills a join partner)."""
 
 from __future__ import annotations
 
-import logging
-import re
 import uuid
 from decimal import Decimal
 

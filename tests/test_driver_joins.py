@@ -16,7 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
-from epochal.driver_joins import join_rows, output_schema, spark_typed
+from epochal.driver_joins import join_rows, output_schema
+from epochal.arrow_rows import spark_typed
 from epochal.graph import Join, Scan
 from epochal.rules.join import join_frames
 from tests.support import arrow_rows

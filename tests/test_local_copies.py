@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from epochal.local_copies import LocalCopies
-from epochal.shared_reads import _as_integers
+from epochal.file_pruning import as_integers
 
 KEYS = st.lists(st.one_of(st.none(), st.integers(-40, 40)), min_size=1, max_size=300)
 
@@ -43,7 +43,7 @@ def _file(folder, keys: list, date: bool, ordered: bool = True):
 
 def _read(copies, path, fragment, table, wanted: list, nulls: bool):
     values = pa.array(wanted, table.schema.field("K").type)
-    rows = copies.rows(path, fragment, "k", np.sort(_as_integers(values)), nulls, ["v", "K"])
+    rows = copies.rows(path, fragment, "k", np.sort(as_integers(values)), nulls, ["v", "K"])
     assert rows is not None
     mask = pc.is_in(rows.column("K"), value_set=values)
     if nulls:
@@ -71,7 +71,7 @@ def test_a_copy_serves_exactly_the_rows_of_its_keys(tmp_path_factory, keys, want
         == expected  # a second process reads the copy the first made
     values = pa.array(wanted, table.schema.field("K").type)
     holding = ds.dataset(path, format="parquet").to_table(filter=ds.field("K").isin(values)).num_rows
-    certain = copies.certain_rows(path, fragment, "k", np.sort(_as_integers(values)))
+    certain = copies.certain_rows(path, fragment, "k", np.sort(as_integers(values)))
     assert certain <= holding  # a lower bound: a read is refused only when it surely holds more rows
 
 

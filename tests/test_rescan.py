@@ -13,7 +13,7 @@ import uuid
 import pytest
 from delta.tables import DeltaTable
 
-from epochal import Engine, rescan
+from epochal import Engine, reasons, rescan
 from epochal.errors import EpochError, StrictModeError
 from tests.support import SyntheticSource, assert_matches_recompute
 
@@ -232,13 +232,13 @@ def test_cost_model_rescans_a_change_its_history_says_is_cheaper_to_recompute(sp
     assert_rescan(again, "COST", "400 change rows", "rescanning")
     # measured now: a rescan for COST writes the output only, the state is not kept ...
     last = engine.table("t").ledger.last_committed()
-    assert (last.detail["state"], last.state_versions) == (rescan.STATE_NOT_KEPT, {})
+    assert (last.detail["state"], last.state_versions) == (reasons.STATE_NOT_KEPT, {})
     a.insert([(3000 + i, "xyz"[i % 3], i, "w") for i in range(400)])
     assert_rescan(refreshed(engine), "COST", "400 change rows")  # ... and the next large change is weighed without it
     # ... until a step is to run incrementally (here: the model is off), which rebuilds the state first
     engine.cost_model = False
     a.update("k = 2", {"v": "v + 1"})
-    assert_rescan(refreshed(engine), "STATE_MISSING", rescan.NOT_KEPT)
+    assert_rescan(refreshed(engine), "STATE_MISSING", reasons.NOT_KEPT)
     last = engine.table("t").ledger.last_committed()
     assert "state" not in last.detail and last.state_versions
     a.update("k = 3", {"v": "v + 1"})

@@ -187,17 +187,17 @@ def clustered_table(spark, warehouse) -> str:
 def test_files_whose_statistics_miss_every_key_are_not_read(clustered_table):
     from deltalake import DeltaTable
 
-    from epochal.shared_reads import _files_holding
+    from epochal.file_pruning import files_holding
 
     table = DeltaTable(clustered_table, version=0)
     dataset = table.to_pyarrow_dataset()
     every = len(list(dataset.get_fragments()))
-    one_key = _files_holding(table, dataset, "k", pa.array([75], pa.int32()), False)
+    one_key = files_holding(table, dataset, "k", pa.array([75], pa.int32()), False)
     assert len(list(one_key.get_fragments())) == 1 < every
     days = pa.array([date(2020, 1, 1) + timedelta(days=75)], pa.date32())
-    assert len(list(_files_holding(table, dataset, "day", days, False).get_fragments())) == 2  # NULL keys' file too
-    assert len(list(_files_holding(table, dataset, "k", pa.array([75], pa.int32()), True).get_fragments())) == 2
-    assert _files_holding(table, dataset, "g", pa.array(["g1"]), False) is dataset  # strings: truncated statistics
+    assert len(list(files_holding(table, dataset, "day", days, False).get_fragments())) == 2  # NULL keys' file too
+    assert len(list(files_holding(table, dataset, "k", pa.array([75], pa.int32()), True).get_fragments())) == 2
+    assert files_holding(table, dataset, "g", pa.array(["g1"]), False) is dataset  # strings: truncated statistics
 
 
 @pytest.fixture(scope="module")
@@ -225,7 +225,7 @@ def row_grouped_table(spark, warehouse) -> str:
        version=st.integers(0, 2), column=st.sampled_from(["k", "day"]))
 def test_a_restricted_read_skipping_files_and_row_groups_finds_every_row(spark, request, layout, keys, nulls,
                                                                          version, column):
-    """Files and row groups whose statistics admit none of the keys are skipped (_files_holding);
+    """Files and row groups whose statistics admit none of the keys are skipped (files_holding);
     the rows read are still exactly the keys' rows, NULLs included when asked."""
     path = request.getfixturevalue(layout)
     version = min(version, {"clustered_table": 2, "row_grouped_table": 1}[layout])
@@ -242,7 +242,7 @@ def test_a_restricted_read_skipping_files_and_row_groups_finds_every_row(spark, 
 def test_row_groups_whose_statistics_miss_every_key_are_not_read(row_grouped_table):
     from deltalake import DeltaTable
 
-    from epochal.shared_reads import _files_holding
+    from epochal.file_pruning import files_holding
 
     table = DeltaTable(row_grouped_table, version=0)
     dataset = table.to_pyarrow_dataset()
@@ -250,7 +250,7 @@ def test_row_groups_whose_statistics_miss_every_key_are_not_read(row_grouped_tab
     groups = whole.metadata.num_row_groups
 
     def read(column, values, nulls):
-        return [f.row_groups for f in _files_holding(table, dataset, column, values, nulls).get_fragments()]
+        return [f.row_groups for f in files_holding(table, dataset, column, values, nulls).get_fragments()]
 
     (one_key,) = read("k", pa.array([50], pa.int32()), False)
     assert len(one_key) == 1 < groups

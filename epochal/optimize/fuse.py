@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..graph import Filter, Node, Project, conjoin, conjuncts, transform
+from ..graph import Filter, Node, Project, conjoin, conjuncts, transform, walk
 from .substitute import substitute
 
 
@@ -21,7 +21,7 @@ def fuse_filters(plan: Node) -> Node:
 
 
 def fuse_projections(plan: Node) -> Node:
-    readers = _reader_counts(plan)
+    readers = reader_counts(plan)
 
     def rewrite(node: Node) -> Node:
         if isinstance(node, Project) and isinstance(node.input, Project) and readers.get(id(node.input), 0) <= 1:
@@ -37,9 +37,7 @@ def fuse_projections(plan: Node) -> Node:
     return transform(plan, rewrite)
 
 
-def _reader_counts(plan: Node) -> dict[int, int]:
-    from ..graph import walk
-
+def reader_counts(plan: Node) -> dict[int, int]:
     counts: dict[int, int] = {}
     for node in walk(plan):
         for child in node.inputs:

@@ -9,11 +9,11 @@ from __future__ import annotations
 from sqlglot import exp
 
 from ..graph import Node, Window, transform
-from .fuse import _reader_counts
+from .fuse import reader_counts
 
 
 def fuse_windows(plan: Node) -> Node:
-    readers = _reader_counts(plan)
+    readers = reader_counts(plan)
 
     def rewrite(node: Node) -> Node:
         if not (isinstance(node, Window) and isinstance(node.input, Window)):

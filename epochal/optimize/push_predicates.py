@@ -17,6 +17,7 @@ from ..graph import (
     columns_in,
     conjoin,
     conjuncts,
+    render,
     transform,
 )
 from .substitute import substitute
@@ -78,8 +79,6 @@ def _push_once(node: Node) -> Node:
 
 
 def push_predicates(plan: Node) -> Node:
-    from ..graph import render
-
     for _ in range(MAX_ROUNDS):
         before = render(plan)
         plan = transform(plan, _push_once)

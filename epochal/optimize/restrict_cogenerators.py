@@ -17,8 +17,21 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from ..graph import (Aggregate, Filter, Join, Node, OuterJoin, Project, Scan, SemiJoin, SetOperation, Window, conjuncts,
-                     transform, walk)
+from ..graph import (
+    Aggregate,
+    Filter,
+    Join,
+    Node,
+    OuterJoin,
+    Project,
+    Scan,
+    SemiJoin,
+    SetOperation,
+    Window,
+    conjuncts,
+    transform,
+    walk,
+)
 
 
 def scan_field(node: Node, column: str, joins: bool = False) -> tuple[str, str] | None:

@@ -8,9 +8,9 @@ Notation (docs/architecture.md, section 2): `old` = an input as of the epoch's s
 
 from __future__ import annotations
 
-from ..graph import Node
-from .base import Rule
+from ..graph import Node, walk
 from .aggregate import AggregateRule
+from .base import Rule
 from .filter import FilterRule
 from .integrate import IntegrateRule
 from .join import JoinRule
@@ -45,8 +45,6 @@ def rule_for(node: Node) -> Rule:
 
 def blocker(plan: Node) -> str | None:
     """The first construct in `plan` without a delta rule, if any."""
-    from ..graph import walk
-
     for node in walk(plan):
         if type(node) not in RULES:
             return f"{node.kind} {node.describe()}".strip()

@@ -17,27 +17,45 @@ aggregate (no GROUP BY) always has its one row.
 
 from __future__ import annotations
 
+import decimal
+
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import (BooleanType, DataType, DecimalType, DoubleType, FloatType, IntegralType, LongType,
-                               StructField, StructType)
+from pyspark.sql.types import (
+    BooleanType,
+    DataType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegralType,
+    LongType,
+    StructField,
+    StructType,
+)
 
-from ..changes import consolidate, null_safe_on, quoted, restrict
-from ..graph import WEIGHT, Aggregate, AggCall, sql
-from ..shared_reads import lazy_frame
+from ..arrow_rows import first_values, key_tuples, key_type, lazy_frame, spark_typed
+from ..changes import NEW, OLD, consolidate, null_safe_on, quoted, restrict
+from ..driver_aggregates import (
+    COUNT,
+    adds_exactly,
+    distinct_transitions,
+    finalized_rows,
+    state_columns_of,
+    state_types,
+    sum_type,
+    touched_rows,
+    use_count_changes,
+    weighs_exactly,
+)
+from ..graph import WEIGHT, AggCall, Aggregate, sql
+from ..reasons import NOT_EXACT
 from ..state import DELETE_FLAG
-from ..context import NEW, OLD
-from ..driver_aggregates import (adds_exactly, distinct_transitions, finalized_rows,
-                                 state_types, sum_type, touched_rows, use_count_changes, weighs_exactly)
-from ..rescan import NOT_EXACT
-from ..driver_joins import first_values, key_tuples, key_type, spark_typed
 from .base import Rule, analysed_schema
 from .restrict import restricted_snapshot
 
-COUNT = "__count"
 FOLDED = ("count_star", "count", "sum", "avg")
 
 
@@ -45,25 +63,11 @@ def c(name: str):
     return F.col(quoted(name))
 
 
-def _state_columns(agg: AggCall) -> list[str]:
-    if agg.func == "count_star":
-        return []
-    if agg.func in ("sum", "avg"):
-        return [f"{agg.name}__s", f"{agg.name}__n"]
-    if agg.func == "count":
-        return [f"{agg.name}__n"]
-    if agg.func in ("min", "max"):
-        return [f"{agg.name}__m"]
-    return [f"{agg.name}__v"]
-
-
 def decimal_average_udf(result: DecimalType, ansi: bool):
     """A UDF of (sum, count) giving Spark's AVG of a decimal (driver_aggregates.decimal_average):
     the exact quotient rounded half-up to `result`; past its precision NULL, or under ANSI mode
     Spark's error. Defined in here so that it is pickled whole, with nothing to import."""
     def average(total, count):
-        import decimal
-
         if total is None or not count:
             return None
         quotient = decimal.Context(prec=120, rounding=decimal.ROUND_DOWN).divide(total, decimal.Decimal(count))
@@ -93,11 +97,10 @@ class AggregateRule(Rule):
     def explain(self, node: Aggregate) -> tuple[str, str]:
         state = f"per group ({', '.join(node.keys) or 'one row'}): __count"
         for agg in node.aggs:
-            state += ", " + ", ".join(_state_columns(agg) or [f"{agg.name} = __count"])
+            state += ", " + ", ".join(state_columns_of(agg) or [f"{agg.name} = __count"])
         distinct = [a for a in node.aggs if a.distinct]
         if distinct:
             state += "; use-count tables for " + ", ".join(f"{a.name}({a.arg})" for a in distinct)
-        folds = [a.name for a in node.aggs if a.func in FOLDED or a.distinct]
         recomputes = [a.name for a in node.aggs if _needs_recompute(a) and not a.distinct]
         rule = self.rule
         if recomputes:
@@ -280,7 +283,7 @@ class AggregateRule(Rule):
 
     def _queue_state(self, node: Aggregate, ctx, touched: DataFrame) -> DataFrame:
         keys = list(node.keys)
-        state_columns = [COUNT] + [s for a in node.aggs for s in _state_columns(a)]
+        state_columns = [COUNT] + [s for a in node.aggs for s in state_columns_of(a)]
         exists = (c("n__" + COUNT) > 0) | F.lit(not keys)
         held, rows = None, ctx.computed_rows(touched)
         if rows is not None:  # the same rows and check, in Arrow
@@ -427,7 +430,7 @@ class AggregateRule(Rule):
         new = [c(k) for k in keys]
         new.append((F.coalesce(c("o__" + COUNT), zero) + F.coalesce(c(COUNT), zero)).alias("n__" + COUNT))
         for agg in node.aggs:
-            for column in _state_columns(agg):
+            for column in state_columns_of(agg):
                 old_value, change_value = c("o__" + column), c(column)
                 if column.endswith("__n") and agg.distinct:
                     value = F.coalesce(old_value, zero) + F.coalesce(c(f"{agg.name}__dn"), zero)
@@ -451,7 +454,7 @@ class AggregateRule(Rule):
                 else:
                     value = F.lit(None)
                 new.append(value.cast(self._state_type(node, ctx, agg, column)).alias("n__" + column))
-        old_columns = [c("o__" + x) for x in [COUNT] + [s for a in node.aggs for s in _state_columns(a)]]
+        old_columns = [c("o__" + x) for x in [COUNT] + [s for a in node.aggs for s in state_columns_of(a)]]
         touched = joined.select(*new, *old_columns, c("__neg"), *[c(f"{a.name}__neg") for a in node.aggs if a.func in ("min", "max")])
         return ctx.materialize(self._recompute(node, ctx, touched))
 
@@ -511,7 +514,7 @@ class AggregateRule(Rule):
         else:
             touched = touched.crossJoin(rows.agg(*parts))
         for agg in needing:
-            column = _state_columns(agg)[0]
+            column = state_columns_of(agg)[0]
             recomputed_value = c(f"r__{agg.name}")
             if agg.func in ("min", "max"):
                 value = F.when(c(f"{agg.name}__neg") == 1, recomputed_value).otherwise(c("n__" + column))
@@ -576,10 +579,10 @@ class AggregateRule(Rule):
         state = ctx.state.latest_table_on_driver(ctx.state_name(node), groups, column, wanted)
         if state is None:
             return None
-        columns = [COUNT] + [s for a in node.aggs for s in _state_columns(a)]
+        columns = [COUNT] + [s for a in node.aggs for s in state_columns_of(a)]
         schema = StructType([StructField(k, self._input_type(node, ctx, k)) for k in groups] +
                             [StructField(s, LongType() if s == COUNT else self._state_type(node, ctx, agg, s))
-                             for agg, s in [(None, COUNT)] + [(a, s) for a in node.aggs for s in _state_columns(a)]])
+                             for agg, s in [(None, COUNT)] + [(a, s) for a in node.aggs for s in state_columns_of(a)]])
         state = spark_typed(state, schema)
         if state is None:
             return None
@@ -608,7 +611,7 @@ class AggregateRule(Rule):
         else:
             old = ctx.state.read(ctx.state_name(node), keys)
             touched = self._touched(node, ctx)
-            state_columns = [COUNT] + [s for a in node.aggs for s in _state_columns(a)]
+            state_columns = [COUNT] + [s for a in node.aggs for s in state_columns_of(a)]
             fresh = touched.filter((c("n__" + COUNT) > 0) | F.lit(not keys)).select(
                 *[c(k) for k in keys], *[c("n__" + s).alias(s) for s in state_columns]
             )

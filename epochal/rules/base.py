@@ -10,9 +10,13 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructField, StructType
+from sqlglot import exp
 
+from ..arrow_rows import lazy_frame
 from ..changes import quoted
-from ..graph import WEIGHT, Node, sql
+from ..driver_filters import driver_filter
+from ..driver_projections import driver_project
+from ..graph import WEIGHT, Filter, Node, sql
 
 
 class Rule:
@@ -48,13 +52,6 @@ def held_through(ctx, apply: Callable[[DataFrame], DataFrame], below: DataFrame,
     Arrow does not compute as Spark does is noted as Spark's rows of the frame, collected only if
     an operator above asks for them (one job with no shuffle: `below` is a local relation).
     `weighted`: a projection `apply` keeps the weight column of a change batch."""
-    from sqlglot import exp
-
-    from ..driver_filters import driver_filter
-    from ..driver_projections import driver_project
-    from ..graph import Filter
-    from ..shared_reads import lazy_frame
-
     if not ctx.held_exactly(below):
         frame = apply(below)
         rows = ctx.rows_on_driver(below)

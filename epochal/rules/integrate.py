@@ -13,9 +13,8 @@ import pyarrow.compute as pc
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, LongType, StructField, StructType
 
-from ..changes import consolidate, consolidate_rows, null_safe_on, quoted
-from ..context import NEW, OLD
-from ..driver_joins import key_tuples, spark_typed
+from ..arrow_rows import key_tuples, spark_typed
+from ..changes import NEW, OLD, consolidate, consolidate_rows, null_safe_on, quoted
 from ..driver_topk import expanded, orderable
 from ..graph import WEIGHT, Integrate
 from ..state import DELETE_FLAG

@@ -18,44 +18,14 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from ..changes import quoted
-from ..graph import WEIGHT, Join, columns_in, conjoin, conjuncts
-from ..context import NEW, OLD
-from ..driver_joins import join_rows, output_schema, spark_typed
+from ..arrow_rows import spark_typed
+from ..changes import NEW, OLD, quoted
+from ..driver_joins import join_rows, output_schema
+from ..graph import WEIGHT, Join, conjoin, join_order
 from .base import Rule, expr, union_all
-from .restrict import restrict_partners
+from .restrict import reduce_partners, restrict_partners, restricted_snapshot
 
 log = logging.getLogger("epochal")
-
-
-def _is_equality(part) -> bool:
-    from sqlglot import exp
-
-    return isinstance(part, (exp.EQ, exp.NullSafeEQ))
-
-
-def join_order(node: Join, start: int) -> list[tuple[int, list]]:
-    """From input `start`, the order to join the other inputs in, each with the conjuncts that
-    become applicable when it joins."""
-    remaining = conjuncts(node.condition)
-    have = set(node.parts[start].columns)
-    left = [i for i in range(len(node.parts)) if i != start]
-    order = []
-    while left:
-        def usable(i: int):
-            cols = have | set(node.parts[i].columns)
-            return [p for p in remaining if columns_in(p) <= cols and columns_in(p) & set(node.parts[i].columns)]
-
-        connected = [i for i in left if any(_is_equality(p) for p in usable(i))]
-        chosen = connected[0] if connected else left[0]
-        applicable = [p for p in remaining if columns_in(p) <= have | set(node.parts[chosen].columns)]
-        remaining = [p for p in remaining if p not in applicable]
-        order.append((chosen, applicable))
-        have |= set(node.parts[chosen].columns)
-        left.remove(chosen)
-    if remaining:  # conjuncts over no input's columns (constants) apply last
-        order.append((-1, remaining))
-    return order
 
 
 def join_frames(node: Join, frames: dict[int, DataFrame], start: int) -> DataFrame:
@@ -119,3 +89,20 @@ class JoinRule(Rule):
     def snapshot(self, node: Join, ctx, side):
         frames = {i: ctx.snapshot(part, side) for i, part in enumerate(node.parts)}
         return join_frames(node, frames, 0)
+
+    def held_snapshot(self, node: Join, ctx, side: str, column: str, keys):
+        """The rows whose `column` is one of the keys (restrict.restricted_snapshot): the input
+        holding `column` read for the keys, then each further input, in the join's order, for the
+        values its equality to the inputs read so far can match (semi-join reduction, on the
+        driver), or in full where it cannot be; None where the first input cannot be."""
+        owner = next((p for p, part in enumerate(node.parts) if column in part.columns), None)
+        start = restricted_snapshot(ctx, node.parts[owner], side, column, keys) if owner is not None else None
+        if start is None:
+            return None
+        frames = {owner: start}
+        reduce_partners(ctx, node, owner, frames, {owner}, {j: side for j in range(len(node.parts)) if j != owner})
+        joined = join_on_driver(node, ctx, frames, owner)
+        if joined is not None:  # every input held exactly: joined in Arrow
+            rows, schema = joined
+            return ctx.on_driver(ctx.reads.local(ctx.spark, rows, schema), rows, exact=True)
+        return join_frames(node, frames, owner)

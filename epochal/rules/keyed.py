@@ -13,14 +13,16 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
+import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import LongType
+from pyspark.sql.types import LongType, StructField, StructType
 
-from ..changes import consolidate, null_safe_on, quoted
-from ..context import NEW, OLD
+from ..arrow_rows import first_values, key_tuples, key_type, spark_typed
+from ..changes import NEW, OLD, consolidate, null_safe_on, quoted
 from ..graph import WEIGHT, Node
 from .base import union_all
+from .restrict import distinct_values, restricted_snapshot
 
 Sides = list[tuple[Node, list[str]]]
 log = logging.getLogger("epochal")
@@ -49,8 +51,6 @@ def weighted(frame: DataFrame, weight: int) -> DataFrame:
 
 def _first_keys(ctx, keys: DataFrame) -> tuple[tuple, bool] | None:
     """The affected keys' values of their first column (restrict.distinct_values), once per step."""
-    from .restrict import distinct_values
-
     return ctx.memo(ctx.plan, ("affected_keys", id(keys)), lambda: distinct_values(keys, "__k0"))
 
 
@@ -58,8 +58,6 @@ def restricted_side(ctx, node: Node, side: str, keys: DataFrame, columns: list[s
     """`node` as of `side` restricted to the affected keys: where restrict.restricted_snapshot can,
     only the rows of the first key column's values are read (on the driver, shared), instead of a
     full scan per side and version."""
-    from .restrict import restricted_snapshot
-
     frame = restricted_snapshot(ctx, node, side, columns[0], lambda: _first_keys(ctx, keys)) if columns else None
     return restrict_to(frame if frame is not None else ctx.snapshot(node, side), keys, columns)
 
@@ -86,12 +84,6 @@ def keyed_on_driver(ctx, sides: Sides, evaluate_rows) -> DataFrame | None:
     `evaluate_rows([(rows, schema), ...])` computes the operator over Spark-typed Arrow rows as
     (rows, schema), or None. Keys match NULL-safely, as restrict_to's do. None where any part is
     Spark's (logged at debug, with what was not held)."""
-    import pyarrow as pa
-    from pyspark.sql.types import LongType, StructField, StructType
-
-    from ..driver_joins import first_values, key_tuples, key_type, spark_typed
-    from .restrict import restricted_snapshot
-
     def refused(why: str) -> None:
         log.debug("affected-key recompute over %s by Spark: %s",
                   ", ".join(node.describe() for node, _ in sides), why)

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
+from sqlglot import exp
 
 from ..changes import quoted
 from ..driver_joins import outer_join_rows
 from ..graph import OuterJoin, col, conjoin
 from .base import Rule, expr
 from .keyed import keyed_on_driver, keyed_recompute
-from sqlglot import exp
 
 
 def condition(node) -> exp.Expression:

@@ -50,12 +50,12 @@ class ProjectRule(Rule):
     operator = Project
     rule = "d(π R) = π dR"
 
-    def _columns(self, node: Project):
+    def output_columns(self, node: Project):
         return [expr(e).alias(name) for name, e in zip(node.columns, node.exprs)]
 
     def delta(self, node: Project, ctx):
         below = ctx.delta(node.input)
-        change = held_through(ctx, lambda frame: frame.select(*self._columns(node), F.col(WEIGHT)), below, node,
+        change = held_through(ctx, lambda frame: frame.select(*self.output_columns(node), F.col(WEIGHT)), below, node,
                               weighted=True)
         if change is not None and drops_changed_scalar(node, ctx):
             return consolidated(ctx, change)
@@ -63,4 +63,4 @@ class ProjectRule(Rule):
 
     def snapshot(self, node: Project, ctx, side):
         below = ctx.snapshot(node.input, side)
-        return held_through(ctx, lambda frame: frame.select(*self._columns(node)), below, node)
+        return held_through(ctx, lambda frame: frame.select(*self.output_columns(node)), below, node)

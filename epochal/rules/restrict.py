@@ -22,22 +22,22 @@ from decimal import Decimal
 from functools import reduce
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, IntegralType
 from sqlglot import exp
 
-from ..changes import quoted
-from ..context import NEW
-from ..driver_joins import KEY_TYPES, spark_typed
-from ..graph import Aggregate, Filter, Join, Node, Project, Scan, SemiJoin, conjuncts
+from ..arrow_rows import KEY_TYPES, key_kind
+from ..changes import NEW, quoted
+from ..graph import Aggregate, Filter, Join, Node, Project, Scan, SemiJoin, conjuncts, join_order
 from .base import expr, held_through
 
 MAX_RANGES = 32  # ranges in one filter: each is tested against every file's statistics
 MAX_KEYS = 200_000  # distinct values collected to the driver; beyond, one range [min, max]
 
 
-def _comparable(a: DataType, b: DataType) -> bool:
+def comparable(a: DataType, b: DataType) -> bool:
     """Whether a range over a's values filters b exactly like the join's equality does."""
     return a == b or (isinstance(a, IntegralType) and isinstance(b, IntegralType))
 
@@ -63,10 +63,6 @@ def ranges(values: list) -> list[tuple[object, object]]:
 def _values_on_driver(rows, column: str) -> tuple[list, bool] | None:
     """`column`'s sorted distinct non-NULL values in Arrow `rows`, and whether it holds NULL; None
     for a type whose values Spark and Python may not order and compare alike (DRIVER_KEY_TYPES)."""
-    import pyarrow.compute as pc
-
-    from ..shared_reads import key_kind
-
     array = rows.column(column)
     if key_kind(array.type) not in ("integer", "string", "date", "decimal", "boolean"):
         return None
@@ -126,12 +122,8 @@ def restricted_snapshot(ctx, node: Node, side: str, column: str, keys) -> DataFr
     too many keys)."""
     if ctx.reads is None:
         return None
-    if isinstance(node, Aggregate):
+    if isinstance(node, (Aggregate, Join, SemiJoin)):  # each rule reads its own for some keys
         return ctx.rule_for(node).held_snapshot(node, ctx, side, column, keys)
-    if isinstance(node, Join):
-        return _restricted_join(ctx, node, side, column, keys)
-    if isinstance(node, SemiJoin):
-        return _restricted_semijoin(ctx, node, side, column, keys)
     if isinstance(node, Filter):
         below = restricted_snapshot(ctx, node.input, side, column, keys)
         return None if below is None else held_through(ctx, lambda frame: frame.filter(expr(node.predicate)), below, node)
@@ -141,7 +133,7 @@ def restricted_snapshot(ctx, node: Node, side: str, column: str, keys) -> DataFr
             return None
         below = restricted_snapshot(ctx, node.input, side, expression.name, keys)
         return None if below is None else held_through(
-            ctx, lambda frame: frame.select(*ctx.rule_for(node)._columns(node)), below, node)
+            ctx, lambda frame: frame.select(*ctx.rule_for(node).output_columns(node)), below, node)
     if not isinstance(node, Scan) or column not in node.columns:
         return None
     source = ctx.inputs[node.table]
@@ -177,7 +169,7 @@ def distinct_values(frame: DataFrame, column: str, rows=None) -> tuple[tuple, bo
     return None if len(present) > MAX_KEYS else (tuple(sorted(present)), len(present) < len(values))
 
 
-def _matching(ctx, frame: DataFrame, column: str, nulls: bool, rows=None) -> tuple[tuple, bool] | None:
+def matching_keys(ctx, frame: DataFrame, column: str, nulls: bool, rows=None) -> tuple[tuple, bool] | None:
     """The keys to read a partner for: `column`'s values in `frame` (or in `rows`, Arrow rows
     holding every row of it that can join), with the partner's NULLs when `nulls` (a NULL-safe
     correlation matches them)."""
@@ -185,26 +177,7 @@ def _matching(ctx, frame: DataFrame, column: str, nulls: bool, rows=None) -> tup
     return None if found is None else (found[0], nulls)
 
 
-def _restricted_join(ctx, node: Join, side: str, column: str, keys) -> DataFrame | None:
-    """A join's rows whose `column` is one of the keys: its input holding `column` read for the
-    keys, then each further input, in the join's order, for the values its equality to the inputs
-    read so far can match (semi-join reduction, on the driver), or in full where it cannot be."""
-    from .join import join_on_driver, join_frames, join_order
-
-    owner = next((p for p, part in enumerate(node.parts) if column in part.columns), None)
-    start = restricted_snapshot(ctx, node.parts[owner], side, column, keys) if owner is not None else None
-    if start is None:
-        return None
-    frames = {owner: start}
-    _reduce(ctx, node, owner, frames, {owner}, {j: side for j in range(len(node.parts)) if j != owner})
-    joined = join_on_driver(node, ctx, frames, owner)
-    if joined is not None:  # every input held exactly: joined in Arrow
-        rows, schema = joined
-        return ctx.on_driver(ctx.reads.local(ctx.spark, rows, schema), rows, exact=True)
-    return join_frames(node, frames, owner)
-
-
-def _reduce(ctx, node: Join, start: int, frames: dict[int, DataFrame], reduced: set[int], sides: dict[int, str],
+def reduce_partners(ctx, node: Join, start: int, frames: dict[int, DataFrame], reduced: set[int], sides: dict[int, str],
             held_only: bool = False, narrowed: dict | None = None) -> None:
     """Semi-join reduction, hop by hop: read each input not in `frames` (as of `sides[j]`) for the
     values its equality to an input read so far (in `reduced`) can match, on the driver; in full
@@ -214,8 +187,6 @@ def _reduce(ctx, node: Join, start: int, frames: dict[int, DataFrame], reduced: 
     keys came from to those it matches (`_semi_joined`), so later reads take fewer keys;
     `narrowed`: such rows to start from, by input. `held_only`: reduce from inputs whose rows are
     on the driver only (no Spark job to collect their values)."""
-    from .join import join_order
-
     narrowed = dict(narrowed or {})
 
     def rows(index: int):
@@ -248,8 +219,8 @@ def _reduce(ctx, node: Join, start: int, frames: dict[int, DataFrame], reduced: 
                     continue
                 tried.add((index, p, x, y))
                 frame = restricted_snapshot(ctx, node.parts[index], sides[index], y,
-                                            lambda p=p, x=x: _matching(ctx, frames[p], x, False, rows(p)))
-                if frame is not None and _comparable(frames[p].schema[x].dataType, frame.schema[y].dataType):
+                                            lambda p=p, x=x: matching_keys(ctx, frames[p], x, False, rows(p)))
+                if frame is not None and comparable(frames[p].schema[x].dataType, frame.schema[y].dataType):
                     frames[index] = frame
                     reduced.add(index)
                     kept = _semi_joined(rows(p), x, ctx.rows_on_driver(frame), y)
@@ -260,33 +231,6 @@ def _reduce(ctx, node: Join, start: int, frames: dict[int, DataFrame], reduced: 
     for index in order:
         if index not in frames:
             frames[index] = ctx.snapshot(node.parts[index], sides[index])  # whole: no reduction to pass on
-
-
-def _restricted_semijoin(ctx, node: SemiJoin, side: str, column: str, keys) -> DataFrame | None:
-    """A semi- or anti-join's rows whose `column` (of its left input) is one of the keys: the left
-    input read for them, the subquery for the left rows' correlation values (and its NULLs, which a
-    NULL-safe correlation matches)."""
-    from .semijoin import SemiJoinRule
-
-    left = restricted_snapshot(ctx, node.left, side, column, keys)
-    if left is None:
-        return None
-    right = None
-    if node.pairs:
-        a, b = node.pairs[0]
-        right = restricted_snapshot(ctx, node.right, side, b, lambda: _matching(ctx, left, a, True))
-        if right is not None and not _comparable(left.schema[a].dataType, right.schema[b].dataType):
-            right = None
-    if right is None:
-        right = ctx.snapshot(node.right, side)
-    rule = SemiJoinRule()
-    if not node.null_aware and node.pairs and ctx.held_exactly(left) and ctx.held_exactly(right):
-        typed = [(spark_typed(ctx.exact_rows(frame), frame.schema), frame.schema) for frame in (left, right)]
-        found = rule._rows(node, typed) if all(rows is not None for rows, _ in typed) else None
-        if found is not None:  # both sides held exactly: joined in Arrow
-            rows, schema = found
-            return ctx.on_driver(ctx.reads.local(ctx.spark, rows, schema), rows, exact=True)
-    return rule._evaluate(node, ctx)([left, right], side)
 
 
 def _filtered(node: Node) -> bool:
@@ -300,8 +244,6 @@ def _semi_joined(rows, a: str, partner, b: str):
     keys of the rows that remain (TPC-H Q9: lineitem's changes keep about one part in eighteen,
     `p_name LIKE '%green%'`, before partsupp and orders are read for them). None where either
     side is not on the driver or their types do not compare in Arrow."""
-    import pyarrow.compute as pc
-
     if rows is None or partner is None:
         return None
     try:
@@ -338,17 +280,17 @@ def restrict_partners(node, ctx, start: int, change: DataFrame, sides: dict[int,
             narrowed = _values_on_driver(surviving, a)
             values = tuple(narrowed[0]) if narrowed is not None else values
         read = restricted_snapshot(ctx, node.parts[j], sides[j], b, (values, False))
-        if read is not None and _comparable(types[a], read.schema[b].dataType):
+        if read is not None and comparable(types[a], read.schema[b].dataType):
             frames[j] = read  # only the rows of some keys; the join matches the rest exactly
             surviving = _semi_joined(surviving, a, ctx.rows_on_driver(read), b)
     read = set(frames)
     # further inputs read for the values of the inputs read so far (the change: of its rows that remain)
-    _reduce(ctx, node, start, frames, {j for j in frames if ctx.rows_on_driver(frames[j]) is not None}, sides,
+    reduce_partners(ctx, node, start, frames, {j for j in frames if ctx.rows_on_driver(frames[j]) is not None}, sides,
             held_only=True, narrowed={start: surviving} if surviving is not None else None)
     filtered = set(frames) - read - {j for j in frames if ctx.rows_on_driver(frames[j]) is not None}
     for a, j, b in pairs:
         if j in filtered and ctx.rows_on_driver(frames[j]) is None:  # a local relation skips no files
             target = {f.name: f.dataType for f in frames[j].schema.fields}
-            if b in target and a in types and _comparable(types[a], target[b]):
+            if b in target and a in types and comparable(types[a], target[b]):
                 frames[j] = frames[j].filter(_condition(b, keys[a]))
     return frames

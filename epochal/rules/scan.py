@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import LongType, StructField, StructType
 
 from ..changes import consolidate, quoted, read_changes, read_snapshot
 from ..driver_filters import driver_filter
@@ -31,10 +32,8 @@ class ScanRule(Rule):
     def _held_frame(self, node: Scan, ctx, rows, schema, weighted: bool) -> DataFrame:
         """`_shape` of the scan's rows as a local relation of Arrow `rows` that passed the
         predicate on the driver (columns named as the scan's): Spark receives them only if a
-        rule hands them on (shared_reads.LocalFrame), where `_shape` over the read's frame
+        rule hands them on (arrow_rows.LocalFrame), where `_shape` over the read's frame
         would hand the whole read to Spark at once."""
-        from pyspark.sql.types import LongType, StructField, StructType
-
         fields = {f.name.lower(): f for f in schema.fields}
         shape = [StructField(c, fields[f.lower()].dataType, fields[f.lower()].nullable)
                  for f, c in zip(node.fields, node.columns)]

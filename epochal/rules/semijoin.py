@@ -9,13 +9,14 @@ from __future__ import annotations
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from ..changes import quoted
-from ..context import NEW, OLD
+from ..arrow_rows import spark_typed
+from ..changes import NEW, OLD, quoted
 from ..driver_joins import semi_join_rows
 from ..graph import SemiJoin
 from .base import Rule, expr
 from .keyed import full_recompute, keyed_on_driver, keyed_recompute
 from .outer_join import condition
+from .restrict import comparable, matching_keys, restricted_snapshot
 
 
 class SemiJoinRule(Rule):
@@ -64,12 +65,12 @@ class SemiJoinRule(Rule):
             return full_recompute(ctx, [node.left, node.right], evaluate)
         sides = [(node.left, [a for a, _ in node.pairs]), (node.right, [b for _, b in node.pairs])]
         if not node.null_aware and node.pairs:
-            on_driver = keyed_on_driver(ctx, sides, lambda frames: self._rows(node, frames))
+            on_driver = keyed_on_driver(ctx, sides, lambda frames: self.rows(node, frames))
             if on_driver is not None:
                 return on_driver
         return keyed_recompute(ctx, sides, evaluate)
 
-    def _rows(self, node: SemiJoin, frames):
+    def rows(self, node: SemiJoin, frames):
         """The operator over Arrow rows (driver_joins.semi_join_rows), as (rows, schema)."""
         (left, left_schema), (right, right_schema) = frames
         rows = semi_join_rows(left, right, left_schema, right_schema, node.pairs, node.residual, node.anti)
@@ -79,3 +80,26 @@ class SemiJoinRule(Rule):
 
     def snapshot(self, node: SemiJoin, ctx, side):
         return self._evaluate(node, ctx)([ctx.snapshot(node.left, side), ctx.snapshot(node.right, side)], side)
+
+    def held_snapshot(self, node: SemiJoin, ctx, side: str, column: str, keys):
+        """The rows whose `column` (of the left input) is one of the keys (restrict.restricted_snapshot):
+        the left input read for them, the subquery for the left rows' correlation values (and its
+        NULLs, which a NULL-safe correlation matches); None where the left input cannot be."""
+        left = restricted_snapshot(ctx, node.left, side, column, keys)
+        if left is None:
+            return None
+        right = None
+        if node.pairs:
+            a, b = node.pairs[0]
+            right = restricted_snapshot(ctx, node.right, side, b, lambda: matching_keys(ctx, left, a, True))
+            if right is not None and not comparable(left.schema[a].dataType, right.schema[b].dataType):
+                right = None
+        if right is None:
+            right = ctx.snapshot(node.right, side)
+        if not node.null_aware and node.pairs and ctx.held_exactly(left) and ctx.held_exactly(right):
+            typed = [(spark_typed(ctx.exact_rows(frame), frame.schema), frame.schema) for frame in (left, right)]
+            found = self.rows(node, typed) if all(rows is not None for rows, _ in typed) else None
+            if found is not None:  # both sides held exactly: joined in Arrow
+                rows, schema = found
+                return ctx.on_driver(ctx.reads.local(ctx.spark, rows, schema), rows, exact=True)
+        return self._evaluate(node, ctx)([left, right], side)

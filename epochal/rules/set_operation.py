@@ -9,8 +9,8 @@ import pyarrow as pa
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructField, StructType
 
+from ..arrow_rows import key_tuples
 from ..changes import quoted
-from ..driver_joins import key_tuples
 from ..graph import SetOperation
 from .base import Rule
 from .keyed import keyed_on_driver, keyed_recompute

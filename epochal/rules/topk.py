@@ -8,14 +8,12 @@ from __future__ import annotations
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
-from ..changes import quoted
-from ..context import NEW, OLD
-from ..driver_joins import spark_typed
+from ..arrow_rows import spark_typed
+from ..changes import NEW, OLD, consolidate, quoted
 from ..driver_topk import orderable, top_rows, weighted_difference
 from ..graph import WEIGHT, TopK
 from .base import Rule
 from .keyed import weighted
-from ..changes import consolidate
 
 
 def ordering(node: TopK) -> list:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pyarrow as pa
 from pyspark.sql import functions as F
 
 from ..changes import quoted
@@ -27,8 +28,6 @@ class UnionAllRule(Rule):
     def _held(self, node: UnionAll, ctx, changed: list, change):
         """Note the concatenation as held exactly on the driver where every part's change is and
         all parts have the same types (Spark would widen unlike ones); else Spark's."""
-        import pyarrow as pa
-
         rows, schemas = [], set()
         for part in changed:
             held = ctx.computed_rows(ctx.delta(part))

@@ -1,0 +1,94 @@
+"""Rows held on the driver as Arrow, typed as Spark types them: which key types Arrow compares as
+Spark does, key tuples, the Arrow types of a Spark schema, and a Spark frame over Arrow rows made
+only when Spark needs it. Shared by the driver-side evaluators, the keyed reads and the state."""
+
+from __future__ import annotations
+
+import threading
+
+import pyarrow as pa
+from pyspark.sql import DataFrame
+from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import BooleanType, DataType, DateType, DecimalType, IntegralType, StringType, StructType
+
+KEY_TYPES = (IntegralType, StringType, DateType, BooleanType, DecimalType)
+
+
+def key_type(data_type: DataType) -> bool:
+    if isinstance(data_type, StringType):
+        return getattr(data_type, "collation", "UTF8_BINARY") in ("UTF8_BINARY", None)
+    return isinstance(data_type, KEY_TYPES)
+
+
+def key_tuples(rows: pa.Table, columns: list[str]) -> list[tuple]:
+    """Each row's values of `columns` as a tuple (None equals None: a NULL-safe match)."""
+    return list(zip(*[rows.column(c).to_pylist() for c in columns]))
+
+
+def first_values(keys) -> tuple[tuple, bool] | None:
+    """The sorted distinct non-NULL first values of key tuples, and whether one is NULL (the
+    keys a driver read takes); None where the values do not sort."""
+    first = {key[0] for key in keys}
+    try:
+        return tuple(sorted(v for v in first if v is not None)), None in first
+    except TypeError:
+        return None
+
+
+def spark_typed(rows: pa.Table, schema: StructType) -> pa.Table | None:
+    """`rows` with `schema`'s columns, in its order and with the Arrow types Spark gives them
+    (delta-rs reads string views and its own time zones); None where a column is missing."""
+    if any(name not in rows.column_names for name in schema.names):
+        return None
+    return rows.select(schema.names).cast(to_arrow_schema(schema))
+
+
+def key_kind(arrow_type: pa.DataType) -> str:
+    for kind, test in (("integer", pa.types.is_integer), ("string", pa.types.is_string),
+                       ("string", pa.types.is_large_string), ("string", pa.types.is_string_view),
+                       ("date", pa.types.is_date), ("decimal", pa.types.is_decimal),
+                       ("boolean", pa.types.is_boolean)):
+        if test(arrow_type):
+            return kind
+    return str(arrow_type)
+
+
+class LocalFrame(ClassicDataFrame):
+    """A local relation of Arrow rows, handed to Spark only when Spark first needs it.
+
+    Most rows read or computed on the driver stay there (a join term, an aggregate, a write
+    computed in Arrow), yet each is a DataFrame in case a rule above gives it to Spark, and
+    createDataFrame has a fixed cost that a step creating dozens of them pays dozens of times
+    (TPC-H Q21's did). Until a method needs the Java DataFrame, only the schema is known; the
+    first attribute that needs it creates it (once, under a lock: steps share frames), and from
+    then on this is that DataFrame."""
+
+    def __new__(cls, *args, **kwargs):
+        return object.__new__(cls)
+
+    def __init__(self, session, create, schema: StructType):
+        self.__dict__.update(_session=session, _create=create, _creating=threading.Lock(), schema=schema)
+
+    @property
+    def created(self) -> bool:
+        return "_jdf" in self.__dict__
+
+    def __getattr__(self, name: str):
+        if name.startswith("__") or name in ("_create", "_creating"):
+            raise AttributeError(name)
+        with self.__dict__["_creating"]:
+            if "_jdf" not in self.__dict__:
+                frame = self.__dict__["_create"]()
+                self.__dict__.update({k: v for k, v in frame.__dict__.items() if k != "schema"})
+        if name in self.__dict__:
+            return self.__dict__[name]
+        return super().__getattr__(name)  # DataFrame's: a column by name
+
+
+def lazy_frame(spark, create, schema: StructType) -> DataFrame:
+    """`create()`'s frame, of `schema`, created only when Spark first needs it (a LocalFrame);
+    Spark Connect's frames are not classic: created now."""
+    if type(spark).__module__.startswith("pyspark.sql.connect"):
+        return create()
+    return LocalFrame(spark, create, schema)
