@@ -12,14 +12,14 @@ from typing import Mapping
 from dagster import (
     AssetCheckExecutionContext,
     AssetCheckResult,
-    AssetCheckSeverity,
     AssetChecksDefinition,
+    AssetCheckSeverity,
     MetadataValue,
     asset_check,
 )
 
 from assets.specs import TableSpec, upstream_chain
-from epochal.reclock import epoch_key
+from epochal.storage.reclock import epoch_key
 from resources.epochal import EpochalResource
 from resources.quality import RELATIVE_TOLERANCE, compare_frames
 

@@ -91,7 +91,7 @@ def definition_metadata(specs: Mapping[str, TableSpec], root: str | None) -> dic
     """Per derived table, what its asset definition can say of its columns before a run: read
     from the warehouse's Delta logs (a local warehouse only, so a code location never waits on
     an object store); {} per table without a warehouse."""
-    from epochal.warehouse import Warehouse, is_local, local_path
+    from epochal.storage.warehouse import Warehouse, is_local, local_path
 
     found: dict[str, dict] = {name: {} for name in specs}
     if not root or not is_local(root):
@@ -133,7 +133,7 @@ def definition_metadata(specs: Mapping[str, TableSpec], root: str | None) -> dic
 
 
 def _delta_fields(path: str):
-    from epochal.deltalog import DeltaLog
+    from epochal.storage.deltalog import DeltaLog
 
     try:
         log_ = DeltaLog.open(path)

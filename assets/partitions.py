@@ -23,9 +23,9 @@ from datetime import datetime, timedelta
 from typing import Callable, Sequence
 
 from epochal import Engine, EpochalError
-from epochal.clock import utc
-from epochal.ledger import Step
-from epochal.reclock import epoch_key
+from epochal.storage.clock import utc
+from epochal.storage.ledger import Step
+from epochal.storage.reclock import epoch_key
 
 ALREADY_APPLIED = "already applied; nothing done"
 

@@ -19,8 +19,8 @@ from dagster import (
     observable_source_asset,
 )
 
-from epochal.clock import parse_logical_time
-from epochal.warehouse import Warehouse, is_local, local_path
+from epochal.storage.clock import parse_logical_time
+from epochal.storage.warehouse import Warehouse, is_local, local_path
 from ops.tpch import TPCH_TABLES
 from resources.session import storage_options_for
 from resources.warehouse import WarehouseResource

@@ -36,10 +36,10 @@ from typing import Any, Literal, Mapping
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from epochal.clock import utc
-from epochal.compile import parse, referenced_tables
 from epochal.errors import DefinitionError
-from epochal.warehouse import InvalidName, check_name
+from epochal.planning.compile import parse, referenced_tables
+from epochal.storage.clock import utc
+from epochal.storage.warehouse import InvalidName, check_name
 
 SQL_FOLDER = Path(__file__).resolve().parent / "sql"
 # Where partitions start when neither a sidecar nor the warehouse says (a warehouse whose sources

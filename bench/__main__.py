@@ -133,7 +133,7 @@ def _floor_driver(spark, root: str, before: dict[str, int], driver_rows: int) ->
     import pyarrow as pa
     from deltalake import DeltaTable, write_deltalake
 
-    from epochal.shared_reads import SharedReads
+    from epochal.keyed.shared_reads import SharedReads
 
     side = f"{root}/_floor_driver"
     if not os.path.exists(side):
@@ -181,7 +181,7 @@ def _unread_columns_epoch(engine, spark, root: str, names: list[str], at, rows: 
     """An epoch whose only source commit updates a column no table reads (`rows` line items'
     l_comment, as many as the batch changed): every step reading lineitem reads the change and
     finds it consolidated away. Returns the epoch's seconds and each step's."""
-    from epochal.clock import logical_time_metadata
+    from epochal.storage.clock import logical_time_metadata
     from ops.confs import USER_METADATA_CONF, session_confs
 
     table, column, key = UNREAD_COLUMN

@@ -42,7 +42,7 @@ def main(argv=None) -> None:
     from pyspark.sql import functions as F
 
     from bench.__main__ import _session, _warehouse
-    from epochal.arrangements import DRIVER_BUILD_ROWS, ROWS_PER_FILE, Arrangements
+    from epochal.keyed.arrangements import DRIVER_BUILD_ROWS, ROWS_PER_FILE, Arrangements
 
     spark = _session("12g")
     base = Path(arguments.work) / f"tpch-{arguments.scale:g}"

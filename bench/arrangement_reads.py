@@ -27,14 +27,14 @@ def main(argv=None) -> None:
     parser.add_argument("--pool", type=int, default=8_000)
     arguments = parser.parse_args(argv)
 
+    import tempfile
+
     import pyarrow as pa
     import pyarrow.dataset as ds
     from deltalake import DeltaTable
 
-    import tempfile
-
-    from epochal.arrangements import DECODED_BYTES, Arrangements
-    from epochal.local_copies import LocalCopies
+    from epochal.keyed.arrangements import DECODED_BYTES, Arrangements
+    from epochal.keyed.local_copies import LocalCopies
 
     source = f"{arguments.warehouse}/sources/{arguments.input}"
     probe = Arrangements(f"{arguments.warehouse}/_epochal/arrangements")

@@ -22,9 +22,9 @@ def main(argv=None) -> None:
 
     from pyspark.sql import functions as F
 
-    from epochal import driver_commits
     from epochal.graph import WEIGHT
-    from epochal.writes import apply_keyed, keyed_source, write_identity
+    from epochal.protocol.writes import apply_keyed, keyed_source, write_identity
+    from epochal.storage import commits as driver_commits
     from resources.session import SparkSettings, delta_spark_session
 
     spark = delta_spark_session(SparkSettings(shuffle_partitions=4, ui=False))

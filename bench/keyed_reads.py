@@ -51,7 +51,7 @@ def main(argv=None) -> None:
     import pyarrow.dataset as ds
     from deltalake import DeltaTable, WriterProperties, write_deltalake
 
-    from epochal.shared_reads import SharedReads
+    from epochal.keyed.shared_reads import SharedReads
 
     parser = argparse.ArgumentParser(prog="python -m bench.keyed_reads", description=__doc__.split("\n\n")[0])
     parser.add_argument("--scales", type=int, nargs="+", default=[1, 10])

@@ -99,7 +99,7 @@ def engine_for(spark, root: str, sources_root: str, passes=None):
 
 
 def main(argv=None) -> None:
-    from epochal.optimize import PASSES
+    from epochal.planning.optimize import PASSES
     from ops.changes import ChangeGenerator
     from ops.tpch import load_tpch
     from resources.session import SparkSettings, delta_spark_session

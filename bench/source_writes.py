@@ -37,8 +37,8 @@ def main(argv=None) -> None:
     parser.add_argument("--repeat", type=int, default=5)
     arguments = parser.parse_args(argv)
 
-    from tests.conftest import TEST_CONFS
     from resources.session import SparkSettings, delta_spark_session
+    from tests.conftest import TEST_CONFS
     from tests.support import SyntheticSource
     from tests.test_differential import A_INITIAL, A_SCHEMA
 

@@ -2,7 +2,7 @@
 Delta change data feeds in reclocked batch epochs. The public API is `Engine` (see engine.py)."""
 
 from .engine import Engine, Table
-from .epoch import Report
 from .errors import DefinitionError, EpochalError, EpochError, StrictModeError
+from .protocol.epoch import Report
 
 __all__ = ["Engine", "Table", "Report", "DefinitionError", "EpochalError", "EpochError", "StrictModeError"]

@@ -27,36 +27,36 @@ from pyspark.errors import AnalysisException, ParseException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
-from . import epoch as protocol
 from . import faults, settings
-from .arrangements import ARRANGE_ROWS, Arrangements
 from .changes import InputRange, read_snapshot
-from .clock import clock_named
-from .compile import Compiled, compile_definition, parse, referenced_tables
-from .deltalog import DeltaLog
-from .epoch import Report
 from .errors import DefinitionError, EpochalError
 from .explain import explain
 from .graph import Scan, walk
 from .invalidation import Invalidation
 from .invalidation import compute as compute_invalidation
-from .keys import output_key
-from .ledger import Ledger, Step
-from .local_copies import LocalCopies
-from .optimize import passes_named
-from .optimize.restrict_cogenerators import keyed_partners
-from .plan import TableInfo
-from .reclock import Epoch, Remap, Source
-from .rescan import Triggers
+from .keyed.arrangements import ARRANGE_ROWS, Arrangements
+from .keyed.local_copies import LocalCopies
+from .keyed.shared_reads import SharedReads
+from .planning.compile import Compiled, compile_definition, parse, referenced_tables
+from .planning.keys import output_key
+from .planning.optimize import passes_named
+from .planning.optimize.restrict_cogenerators import keyed_partners
+from .planning.plan import TableInfo
+from .protocol import epoch as protocol
+from .protocol.epoch import Report
+from .protocol.rescan import Triggers
+from .protocol.writes import DRIVER_WRITE_TYPES
 from .sessions import engine_confs, session_confs
-from .shared_reads import SharedReads
-from .storage import check_warehouse
-from .warehouse import Warehouse, check_name
-from .writes import DRIVER_WRITE_TYPES
+from .storage.access import check_warehouse
+from .storage.clock import clock_named
+from .storage.deltalog import DeltaLog
+from .storage.ledger import Ledger, Step
+from .storage.reclock import Epoch, Remap, Source
+from .storage.warehouse import Warehouse, check_name
 
 log = logging.getLogger("epochal")
 
-DRIVER_ROWS = 50_000  # see driver_commits.py; measured in bench/RESULTS.md (driver commits)
+DRIVER_ROWS = 50_000  # see storage/commits.py; measured in bench/RESULTS.md (driver commits)
 DELTA_FORBIDDEN = re.compile(r"[ ,;{}()\n\t=]")
 
 
@@ -138,7 +138,7 @@ class Engine:
         of a table's input rows (None: never for cost). `cost_model`: rescan (reason COST) when
         the table's own history says a rescan is cheaper than this incremental step (cost.py;
         never for strict tables). `driver_rows`: changes of at most this
-        many rows are committed on the driver through delta-rs (driver_commits.py), larger ones
+        many rows are committed on the driver through delta-rs (storage/commits.py), larger ones
         by Spark (0: always Spark). `passes`: the optimizer passes to apply
         (names from epochal.optimize.PASSES; None: all, (): the naive plan), to compare plans.
         `arrange_rows`: an input of at least this many rows that a refresh reads by key (a join

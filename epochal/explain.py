@@ -9,8 +9,8 @@ definitions loaded.
 from __future__ import annotations
 
 from .graph import Aggregate, Join, render, walk
-from .optimize.restrict_cogenerators import keyed_partners
-from .rescan import read_columns, stateful_nodes
+from .planning.optimize.restrict_cogenerators import keyed_partners
+from .protocol.rescan import read_columns, stateful_nodes
 from .rules import rule_for
 
 

@@ -1,6 +1,6 @@
 """The operator graph: a relational plan whose nodes each have a delta rule (see `rules/`).
 
-Nodes are immutable; rewrites (see `optimize/`) build new nodes. Every node names its output
+Nodes are immutable; rewrites (see `planning/optimize/`) build new nodes. Every node names its output
 columns with internal names that are unique within the plan, so expressions (sqlglot trees) refer
 to columns by name alone and any two inputs can be joined without renaming.
 """

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .rescan import read_columns
+from .protocol.rescan import read_columns
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from sqlglot.errors import SqlglotError
 from sqlglot.lineage import lineage
 from sqlglot.optimizer.scope import build_scope
 
-from .compile import parse, qualified_query
+from .planning.compile import parse, qualified_query
 
 
 @dataclass(frozen=True)

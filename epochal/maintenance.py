@@ -25,12 +25,12 @@ from datetime import datetime, timezone
 
 from deltalake import DeltaTable
 
-from .deltalog import DeltaLog
 from .errors import EpochalError
-from .ledger import Ledger
+from .protocol.writes import delta_path
 from .sessions import session_confs
-from .warehouse import Warehouse, is_local, local_path
-from .writes import delta_path
+from .storage.deltalog import DeltaLog
+from .storage.ledger import Ledger
+from .storage.warehouse import Warehouse, is_local, local_path
 
 DEFAULT_RETENTION_HOURS = 168  # Delta's default delta.deletedFileRetentionDuration (7 days)
 SAFETY_MARGIN_HOURS = 1  # change files are written just before their commit's timestamp

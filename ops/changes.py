@@ -47,8 +47,8 @@ from decimal import Decimal
 
 import numpy as np
 
-from epochal.clock import logical_time_metadata, parse_logical_time, utc
-from epochal.warehouse import Warehouse, is_local, local_path
+from epochal.storage.clock import logical_time_metadata, parse_logical_time, utc
+from epochal.storage.warehouse import Warehouse, is_local, local_path
 from ops import deltalog
 from ops.confs import USER_METADATA_CONF, session_confs
 from ops.tpch import PRIMARY_KEYS, TPCH_TABLES

@@ -7,8 +7,8 @@ credentials and which a Spark Connect server with Delta's SQL extension runs too
 
 from __future__ import annotations
 
-from epochal.deltalog import Commit
-from epochal.warehouse import is_local, local_path
+from epochal.storage.deltalog import Commit
+from epochal.storage.warehouse import is_local, local_path
 
 
 def history(spark, path: str, limit: int | None = None) -> list[Commit]:

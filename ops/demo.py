@@ -33,12 +33,12 @@ import sys
 import time
 from datetime import datetime, timedelta, timezone
 
-from epochal.storage import StorageUnreachable, check_warehouse
-from epochal.warehouse import Warehouse, is_local, local_path
-from resources.session import storage_options_for
+from epochal.storage.access import StorageUnreachable, check_warehouse
+from epochal.storage.warehouse import Warehouse, is_local, local_path
 from ops.changes import ChangeConflict, batch_table, change_history
 from ops.jobs import FIRST_BATCH_AFTER_LOAD, clock_start
 from ops.tpch import TpchLoadConflict, format_scale
+from resources.session import storage_options_for
 
 QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
 SILENT_LOGS = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}

@@ -24,7 +24,7 @@ from dagster import (
 from pydantic import Field
 
 from assets.sources import SOURCE_ASSETS, first_logical_time
-from epochal.clock import utc
+from epochal.storage.clock import utc
 from ops.changes import REPORTED_TABLES, ChangeGenerator, batch_table
 from ops.tpch import TPCH_TABLES, format_scale, load_tpch
 from resources.spark import SparkResource

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from epochal.clock import logical_time_metadata, utc
-from epochal.warehouse import Warehouse, is_local, local_path
+from epochal.storage.clock import logical_time_metadata, utc
+from epochal.storage.warehouse import Warehouse, is_local, local_path
 from ops import deltalog
 from ops.confs import USER_METADATA_CONF, session_confs
 

@@ -19,7 +19,7 @@ from pydantic import Field
 
 from epochal import Engine
 from epochal.errors import EpochalError
-from epochal.warehouse import is_local, local_path
+from epochal.storage.warehouse import is_local, local_path
 from resources.session import storage_options_for
 from resources.spark import SparkResource
 from resources.warehouse import WarehouseResource

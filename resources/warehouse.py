@@ -8,7 +8,7 @@ from pathlib import Path
 from dagster import ConfigurableResource
 from pydantic import Field
 
-from epochal.warehouse import Warehouse
+from epochal.storage.warehouse import Warehouse
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 

@@ -13,16 +13,15 @@ from __future__ import annotations
 import json
 import random
 from collections import Counter
-
 from datetime import datetime
 
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 
 from epochal import Engine
-from epochal.clock import logical_time_metadata
-from epochal.deltalog import DeltaLog
-from epochal.ledger import COMMITTED
+from epochal.storage.clock import logical_time_metadata
+from epochal.storage.deltalog import DeltaLog
+from epochal.storage.ledger import COMMITTED
 from tests.support import as_multiset, sql_equals, sql_literal
 
 A_SCHEMA = pa.schema([("k", pa.int32()), ("g", pa.string()), ("v", pa.int32())])

@@ -9,8 +9,8 @@ from collections import Counter
 from datetime import datetime, timezone
 
 from epochal.changes import quoted
-from epochal.deltalog import delta_rs_reads_alike
-from epochal.writes import delta_path
+from epochal.protocol.writes import delta_path
+from epochal.storage.deltalog import delta_rs_reads_alike
 
 # The tests' JVMs are short-lived and run thousands of tiny plans: C1-compiled code only and the
 # parallel collector cut the JVM's CPU and the wall time of two concurrent test_differential runs

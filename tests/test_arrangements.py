@@ -21,10 +21,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from epochal import Engine
-from epochal.arrangements import MAX_APPENDS, ROW_GROUP, Arrangements, ArrangementCommit, due_for_rebuild, net_rows
 from epochal.graph import WEIGHT
-from epochal.local_copies import LocalCopies
-from epochal.optimize.restrict_cogenerators import keyed_partners
+from epochal.keyed.arrangements import (
+    MAX_APPENDS,
+    ROW_GROUP,
+    ArrangementCommit,
+    Arrangements,
+    due_for_rebuild,
+    net_rows,
+)
+from epochal.keyed.local_copies import LocalCopies
+from epochal.planning.optimize.restrict_cogenerators import keyed_partners
 from tests.test_differential import SLOW, epoch_lists, run_epochs
 from tests.test_shared_reads import DRIVER_ROWS, RESTRICTED
 
@@ -218,7 +225,7 @@ def test_vacuum_deletes_a_rebuilt_arrangements_old_files_and_it_stays_in_use(spa
     from deltalake import write_deltalake
 
     from epochal import maintenance
-    from epochal.warehouse import Warehouse
+    from epochal.storage.warehouse import Warehouse
 
     root = f"{warehouse}/{uuid.uuid4().hex[:8]}"
     source = f"{root}/sources/a"

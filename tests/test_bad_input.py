@@ -16,11 +16,19 @@ import pytest
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 
 from epochal import DefinitionError, Engine, EpochalError, EpochError
-from epochal.clock import logical_time_metadata
-from epochal.deltalog import DeltaLog
-from tests.reliability import A_SCHEMA, B_SCHEMA, PIPELINE, append, build_engine, create_sources, exactly_once_problems, source_path
+from epochal.storage.clock import logical_time_metadata
+from epochal.storage.deltalog import DeltaLog
+from tests.reliability import (
+    A_SCHEMA,
+    B_SCHEMA,
+    PIPELINE,
+    append,
+    build_engine,
+    create_sources,
+    exactly_once_problems,
+    source_path,
+)
 from tests.support import assert_matches_recompute
-
 
 SMALL = {"cnt": PIPELINE["cnt"], "agg": PIPELINE["agg"]}  # a global aggregate; a join + aggregate
 
@@ -346,7 +354,7 @@ def test_sources_vacuumed_or_log_expired_past_the_last_epoch(spark, root):
     ("Error performing GET http://127.0.0.1:40443/b404/x?list-type=2 - dns error: failed to lookup", "cannot reach"),
 ])
 def test_an_unusable_store_is_named_by_what_answered_not_by_digits_in_its_url(error, says):
-    from epochal.storage import _explain
+    from epochal.storage.access import _explain
 
     message = _explain("s3a://bucket/bad", "http://127.0.0.1:40443", error)
     assert says in message and "nothing was written" in message, message

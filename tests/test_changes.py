@@ -14,7 +14,7 @@ from decimal import Decimal
 import deltalake
 import pytest
 
-from epochal.clock import parse_logical_time
+from epochal.storage.clock import parse_logical_time
 from ops.changes import ALWAYS_CHANGED, ChangeConflict, ChangeGenerator, ChangeHistory
 from ops.tpch import PRIMARY_KEYS, TPCH_TABLES
 from tests.support import feed_problems

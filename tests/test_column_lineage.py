@@ -140,7 +140,7 @@ def test_asset_definitions_carry_columns_and_lineage_read_from_the_warehouse(tmp
 
     from assets import derived_definitions
     from assets.lineage import LINEAGE, SCHEMA
-    from epochal.warehouse import Warehouse
+    from epochal.storage.warehouse import Warehouse
 
     arrow = {"bigint": pa.int64(), "int": pa.int32(), "string": pa.string(), "date": pa.date32(),
              "decimal(15,2)": pa.decimal128(15, 2)}

@@ -21,8 +21,8 @@ import pyarrow as pa
 import pytest
 
 from epochal.errors import EpochalError
-from epochal.metastore import RecordTable
-from epochal.reclock import Remap
+from epochal.storage.metastore import RecordTable
+from epochal.storage.reclock import Remap
 from tests.reliability import (
     PIPELINE,
     SOURCES,

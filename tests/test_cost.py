@@ -7,8 +7,9 @@ from datetime import datetime, timezone
 
 import pytest
 
-from epochal import cost, reasons
-from epochal.ledger import COMMITTED, Step
+from epochal import reasons
+from epochal.protocol import cost
+from epochal.storage.ledger import COMMITTED, Step
 
 AT = datetime(2026, 1, 1, tzinfo=timezone.utc)
 

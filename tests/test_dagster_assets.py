@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from dagster import AssetKey, DagsterInstance
 
-from epochal.clock import logical_time_metadata
-from epochal.reclock import epoch_key
+from epochal.storage.clock import logical_time_metadata
+from epochal.storage.reclock import epoch_key
 from ops.confs import USER_METADATA_CONF, session_confs
 from tests.conftest import TPCH_LOADED_AT
 from tests.support import assert_matches_recompute

@@ -14,7 +14,7 @@ from deltalake import CommitProperties, write_deltalake
 
 from assets.automation import source_versions_sensor
 from assets.specs import SpecError
-from epochal.clock import logical_time_metadata
+from epochal.storage.clock import logical_time_metadata
 from resources.warehouse import WarehouseResource
 from tests.test_dagster_assets import TABLES, definitions_for, write_folder
 

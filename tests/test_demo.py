@@ -24,9 +24,9 @@ import pytest
 from dagster import AssetKey, DagsterInstance
 from dagster._core.instance.ref import InstanceRef
 
-from epochal.clock import utc
-from epochal.ledger import Ledger
-from epochal.warehouse import Warehouse
+from epochal.storage.clock import utc
+from epochal.storage.ledger import Ledger
+from epochal.storage.warehouse import Warehouse
 from tests.support import child_environment
 
 REPOSITORY = Path(__file__).resolve().parent.parent

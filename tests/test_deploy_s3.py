@@ -94,7 +94,7 @@ def maintained(store, tmp_path_factory):
 
 
 def test_a_warehouse_on_s3_is_maintained_exactly(store, maintained):
-    from epochal.ledger import Ledger
+    from epochal.storage.ledger import Ledger
 
     assert "error" not in maintained, maintained
     assert maintained["mismatches"] == [], maintained
@@ -142,7 +142,7 @@ RECORDS = pa.schema([("epoch", pa.string()), ("source", pa.string()), ("frontier
 
 
 def _insert_many(uri: str, options: dict[str, str], writer: int, at: float) -> list[bool]:
-    from epochal.metastore import RecordTable
+    from epochal.storage.metastore import RecordTable
 
     table = RecordTable(uri, RECORDS, ("epoch", "source"), options)
     time.sleep(max(0.0, at - time.time()))
@@ -153,7 +153,7 @@ def _insert_many(uri: str, options: dict[str, str], writer: int, at: float) -> l
 def test_record_tables_on_s3_admit_one_writer_per_key(store):
     """Four processes insert the same ten keys at once through S3 conditional writes: each key
     is stored once, and exactly one writer was told it won it."""
-    from epochal.metastore import RecordTable
+    from epochal.storage.metastore import RecordTable
 
     uri, options = f"s3a://{BUCKET}/records", store.storage_options()
     at = time.time() + 3
@@ -167,7 +167,7 @@ def test_record_tables_on_s3_admit_one_writer_per_key(store):
 @pytest.mark.parametrize("case", ["unreachable endpoint", "wrong credentials", "missing bucket"])
 def test_a_store_that_cannot_be_used_fails_fast_and_writes_nothing(store, case):
     from epochal import Engine
-    from epochal.storage import StorageUnreachable
+    from epochal.storage.access import StorageUnreachable
 
     bucket, options = BUCKET, store.storage_options()
     if case == "unreachable endpoint":

@@ -1,4 +1,4 @@
-"""The driver's aggregate arithmetic (epochal/driver_aggregates.py) takes Spark's types and refuses
+"""The driver's aggregate arithmetic (epochal/driver/aggregates.py) takes Spark's types and refuses
 what it would not compute as Spark does. Its results are held against recomputes by the
 differential suites (test_differential's group_sums, joined_agg, keyed_sum; the TPC-H batches);
 these pin the edges those rarely reach."""
@@ -14,8 +14,17 @@ from hypothesis import strategies as st
 from pyspark.sql import functions as F
 from pyspark.sql.types import DecimalType, DoubleType, LongType
 
-from epochal.driver_aggregates import (_Unsupported, adds_exactly, decimal_average, distinct_transitions, state_types,
-                                       sum_type, touched_rows, use_count_changes, weighs_exactly)
+from epochal.driver.aggregates import (
+    _Unsupported,
+    adds_exactly,
+    decimal_average,
+    distinct_transitions,
+    state_types,
+    sum_type,
+    touched_rows,
+    use_count_changes,
+    weighs_exactly,
+)
 from epochal.graph import WEIGHT, AggCall, Aggregate, Scan
 from tests import support  # noqa: F401 - imported while the Delta JAR it reads is there (conftest summary)
 

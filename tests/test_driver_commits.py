@@ -1,4 +1,4 @@
-"""Driver commits (epochal/driver_commits.py): change-sized writes through delta-rs must leave the
+"""Driver commits (epochal/storage/commits.py): change-sized writes through delta-rs must leave the
 table equal to the applied change and record a change data feed equal to the bag difference of
 the versions around each commit (read by Spark, as downstream tables read it), with duplicate
 rows and NULLs, for both shapes the engine writes: keyed (MERGE by a unique key) and multiset
@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql.types import LongType, StructField, StructType
 
-from epochal import driver_commits
 from epochal.graph import WEIGHT
-from epochal.writes import copies_in, keyed_source, multiset_source
+from epochal.protocol.writes import copies_in, keyed_source, multiset_source
+from epochal.storage import commits as driver_commits
 from tests.support import as_multiset, feed_problems, local_frame
 
 SCHEMA = "k int, g string, d decimal(10,2)"
@@ -187,7 +187,7 @@ def test_a_replacing_write_on_the_driver_makes_the_table_spark_would(spark, tmp_
     an exact feed from its first version on, overwrites included."""
     from deltalake import DeltaTable
 
-    from epochal.writes import apply_multiset, replace_contents, writer
+    from epochal.protocol.writes import apply_multiset, replace_contents, writer
 
     frame = spark.createDataFrame(INITIAL, SCHEMA).selectExpr("k", "g", "d", "k IS NULL AS b", "date_from_unix_date(k) AS e",
                                                              "timestamp'2026-01-02 03:04:05' AS t")

@@ -1,4 +1,4 @@
-"""A scan's predicate applied on the driver (epochal/driver_filters.py) must keep exactly the rows
+"""A scan's predicate applied on the driver (epochal/driver/filters.py) must keep exactly the rows
 Spark's filter keeps wherever it answers at all: random predicates over integer, string, decimal,
 date and boolean columns with NULLs, held against Spark's filter over the same rows; comparisons of
 integers and decimals of different types and SUBSTRING of strings among them, and SUBSTRING's every
@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
-from epochal.driver_filters import driver_filter
+from epochal.driver.filters import driver_filter
 from tests import support  # noqa: F401 - imported while the Delta JAR it reads is there (conftest summary)
 
 SCHEMA = ("k int, j int, s string, d decimal(10,2), day date, b boolean, "

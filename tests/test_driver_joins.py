@@ -1,4 +1,4 @@
-"""A join term computed on the driver (epochal/driver_joins.py) must hold exactly the rows Spark's
+"""A join term computed on the driver (epochal/driver/joins.py) must hold exactly the rows Spark's
 join of the same frames holds wherever it answers at all: random inputs with duplicates and NULL
 keys over integer, string, decimal and date columns, random equi-join conditions with extra
 conjuncts, held against Spark's join of the same rows (rules/join.join_frames); semi- and
@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
-from epochal.driver_joins import join_rows, output_schema
 from epochal.arrow_rows import spark_typed
+from epochal.driver.joins import join_rows, output_schema
 from epochal.graph import Join, Scan
 from epochal.rules.join import join_frames
 from tests.support import arrow_rows
@@ -110,7 +110,7 @@ SEMI_CONDITIONS = st.sampled_from([
 @settings(max_examples=30, deadline=None, derandomize=True)
 @given(condition=SEMI_CONDITIONS, anti=st.booleans(), a=_rows(0), b=_rows(1))
 def test_a_semi_or_anti_join_on_the_driver_keeps_what_sparks_keeps(spark, condition, anti, a, b):
-    from epochal.driver_joins import semi_join_rows
+    from epochal.driver.joins import semi_join_rows
 
     pairs, residual = condition
     (left, left_rows), (right, right_rows) = _held(spark, a, SCHEMAS[0]), _held(spark, b, SCHEMAS[1])
@@ -138,7 +138,7 @@ OUTER_CONDITIONS = st.sampled_from([
 def test_an_outer_join_on_the_driver_holds_what_sparks_holds(spark, condition, side, a, b):
     """NULL keys match nothing, a residual is part of ON (a row whose matches it rejects is kept,
     padded), duplicates multiply."""
-    from epochal.driver_joins import outer_join_rows
+    from epochal.driver.joins import outer_join_rows
 
     pairs, residual = condition
     (left, left_rows), (right, right_rows) = _held(spark, a, SCHEMAS[0]), _held(spark, b, SCHEMAS[1])

@@ -1,4 +1,4 @@
-"""A projection computed on the driver (epochal/driver_projections.py) must give exactly Spark's
+"""A projection computed on the driver (epochal/driver/projections.py) must give exactly Spark's
 values, of Spark's types, wherever it answers at all: random `+`, `-`, `*` and unary minus over
 integer, decimal and double columns with NULLs and numeric literals, held against Spark's select
 of the same rows; where Spark raises (an integer overflow under ANSI), the driver refuses."""
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from pyspark.errors.exceptions.captured import CapturedException
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from epochal.driver_projections import driver_project
+from epochal.driver.projections import driver_project
 from tests.support import arrow_rows
 
 SCHEMA = "k int, l bigint, t tinyint, p decimal(12,2), d decimal(12,2), e decimal(19,6), w decimal(38,0), x double, s string"

@@ -1,4 +1,4 @@
-"""The driver's top-k (epochal/driver_topk.py) orders rows as Spark's ORDER BY ... LIMIT does,
+"""The driver's top-k (epochal/driver/topk.py) orders rows as Spark's ORDER BY ... LIMIT does,
 NULL placement per key and the tie-breakers included; the differential suites (top3, TPC-H Q2)
 hold its deltas against recomputes, this pins the ordering over values they rarely draw."""
 
@@ -11,9 +11,18 @@ import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import BooleanType, DateType, DecimalType, DoubleType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import (
+    BooleanType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
 
-from epochal.driver_topk import expanded, orderable, top_rows
+from epochal.driver.topk import expanded, orderable, top_rows
 from epochal.graph import TopK
 from epochal.rules.topk import ordering
 from tests import support  # noqa: F401 - imported while the Delta JAR it reads is there (conftest summary)

@@ -19,8 +19,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from epochal.local_copies import LocalCopies
-from epochal.file_pruning import as_integers
+from epochal.keyed.file_pruning import as_integers
+from epochal.keyed.local_copies import LocalCopies
 
 KEYS = st.lists(st.one_of(st.none(), st.integers(-40, 40)), min_size=1, max_size=300)
 

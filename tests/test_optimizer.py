@@ -11,30 +11,18 @@ from hypothesis import given, settings
 from sqlglot import exp, parse_one
 
 from epochal import Engine
-from epochal.compile import compile_definition
-from epochal.graph import (
-    Aggregate,
-    AggCall,
-    Filter,
-    Join,
-    OuterJoin,
-    Project,
-    Scan,
-    UnionAll,
-    Window,
-    col,
-    render,
-)
-from epochal.optimize import PASSES, optimize, passes_named
-from epochal.optimize.drop_passthrough import drop_passthrough
-from epochal.optimize.flatten_joins import flatten_joins
-from epochal.optimize.fold_constants import fold_constants
-from epochal.optimize.fuse import fuse_filters, fuse_projections
-from epochal.optimize.fuse_windows import fuse_windows
-from epochal.optimize.prune_columns import prune_columns
-from epochal.optimize.push_predicates import push_predicates
-from epochal.optimize.restrict_cogenerators import restrict_cogenerators
-from epochal.plan import TableInfo
+from epochal.graph import AggCall, Aggregate, Filter, Join, OuterJoin, Project, Scan, UnionAll, Window, col, render
+from epochal.planning.compile import compile_definition
+from epochal.planning.optimize import PASSES, optimize, passes_named
+from epochal.planning.optimize.drop_passthrough import drop_passthrough
+from epochal.planning.optimize.flatten_joins import flatten_joins
+from epochal.planning.optimize.fold_constants import fold_constants
+from epochal.planning.optimize.fuse import fuse_filters, fuse_projections
+from epochal.planning.optimize.fuse_windows import fuse_windows
+from epochal.planning.optimize.prune_columns import prune_columns
+from epochal.planning.optimize.push_predicates import push_predicates
+from epochal.planning.optimize.restrict_cogenerators import restrict_cogenerators
+from epochal.planning.plan import TableInfo
 from tests.support import SyntheticSource, assert_matches_recompute, stored_rows
 from tests.test_differential import A_INITIAL, A_SCHEMA, B_INITIAL, B_SCHEMA, DEFINITIONS, apply_a, apply_b, epoch_lists
 

@@ -13,8 +13,9 @@ import uuid
 import pytest
 from delta.tables import DeltaTable
 
-from epochal import Engine, reasons, rescan
+from epochal import Engine, reasons
 from epochal.errors import EpochError, StrictModeError
+from epochal.protocol import rescan
 from tests.support import SyntheticSource, assert_matches_recompute
 
 SCHEMA = "k int, g string, v int, w string"
@@ -259,7 +260,7 @@ def test_a_rescan_tried_before_any_was_measured_keeps_the_state(spark, warehouse
     """With no rescan for cost measured yet, the model tries one when the first run, discounted,
     estimates it cheaper (here: always). The tried rescan builds the state as well, so when it
     loses (here: the margin is then out of reach) the next step is incremental without a rebuild."""
-    from epochal import cost
+    from epochal.protocol import cost
 
     monkeypatch.setattr(cost, "FIRST_RUN_OVERSTATES", 1e9)
     root = f"{warehouse}/{uuid.uuid4().hex[:8]}"

@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 
 from epochal.changes import consolidate, consolidate_rows
 from epochal.graph import WEIGHT
-from epochal.shared_reads import SharedReads
+from epochal.keyed.shared_reads import SharedReads
 from tests.support import as_multiset
 from tests.test_differential import DEFINITIONS, EXAMPLES, SLOW, epoch_lists, run_epochs
 from tests.test_differential_sql import JOINS_AND_SUBQUERIES
@@ -187,7 +187,7 @@ def clustered_table(spark, warehouse) -> str:
 def test_files_whose_statistics_miss_every_key_are_not_read(clustered_table):
     from deltalake import DeltaTable
 
-    from epochal.file_pruning import files_holding
+    from epochal.keyed.file_pruning import files_holding
 
     table = DeltaTable(clustered_table, version=0)
     dataset = table.to_pyarrow_dataset()
@@ -242,7 +242,7 @@ def test_a_restricted_read_skipping_files_and_row_groups_finds_every_row(spark, 
 def test_row_groups_whose_statistics_miss_every_key_are_not_read(row_grouped_table):
     from deltalake import DeltaTable
 
-    from epochal.file_pruning import files_holding
+    from epochal.keyed.file_pruning import files_holding
 
     table = DeltaTable(row_grouped_table, version=0)
     dataset = table.to_pyarrow_dataset()

@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 import deltalake
 import pytest
 
-from epochal.clock import logical_time_metadata
+from epochal.storage.clock import logical_time_metadata
 from ops.tpch import SCALE_PROPERTY, TPCH_TABLES, TpchLoadConflict, load_tpch
 
 LOADED_AT = datetime(2026, 1, 1, tzinfo=timezone.utc)  # conftest's tpch_load time

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from epochal import Engine
-from tests.support import SyntheticSource, stored_rows, Oracle
+from tests.support import Oracle, SyntheticSource, stored_rows
 
 SQL = "SELECT k, sum(amount) AS total, avg(amount) AS mean, count(amount) AS n, min(amount) AS low, " \
       "max(amount) AS high FROM t GROUP BY k"

@@ -39,8 +39,7 @@ def _say(message: dict) -> None:
 
 
 def _refresh(spark, command: dict) -> dict:
-    from epochal import Engine
-    from epochal import faults
+    from epochal import Engine, faults
 
     engine = Engine(spark, command["root"], parallelism=command.get("parallelism", 2),
                     cost_model=False)

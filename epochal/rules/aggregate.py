@@ -38,7 +38,7 @@ from pyspark.sql.types import (
 
 from ..arrow_rows import first_values, key_tuples, key_type, lazy_frame, spark_typed
 from ..changes import NEW, OLD, consolidate, null_safe_on, quoted, restrict
-from ..driver_aggregates import (
+from ..driver.aggregates import (
     COUNT,
     adds_exactly,
     distinct_transitions,
@@ -51,8 +51,8 @@ from ..driver_aggregates import (
     weighs_exactly,
 )
 from ..graph import WEIGHT, AggCall, Aggregate, sql
+from ..keyed.state import DELETE_FLAG
 from ..reasons import NOT_EXACT
-from ..state import DELETE_FLAG
 from .base import Rule, analysed_schema
 from .restrict import restricted_snapshot
 
@@ -64,7 +64,7 @@ def c(name: str):
 
 
 def decimal_average_udf(result: DecimalType, ansi: bool):
-    """A UDF of (sum, count) giving Spark's AVG of a decimal (driver_aggregates.decimal_average):
+    """A UDF of (sum, count) giving Spark's AVG of a decimal (driver.aggregates.decimal_average):
     the exact quotient rounded half-up to `result`; past its precision NULL, or under ANSI mode
     Spark's error. Defined in here so that it is pickled whole, with nothing to import."""
     def average(total, count):
@@ -332,7 +332,7 @@ class AggregateRule(Rule):
                 for agg in node.aggs if agg.func in ("sum", "avg") and not agg.distinct]
 
     def _touched_on_driver(self, node: Aggregate, ctx) -> DataFrame | None:
-        """_compute_touched in Python (driver_aggregates.py) where the change is held exactly on
+        """_compute_touched in Python (driver/aggregates.py) where the change is held exactly on
         the driver and so are the state rows of its groups; None where it is Spark's."""
         change = ctx.delta(node.input)
         rows = ctx.exact_rows(change)

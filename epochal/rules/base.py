@@ -14,8 +14,8 @@ from sqlglot import exp
 
 from ..arrow_rows import lazy_frame
 from ..changes import quoted
-from ..driver_filters import driver_filter
-from ..driver_projections import driver_project
+from ..driver.filters import driver_filter
+from ..driver.projections import driver_project
 from ..graph import WEIGHT, Filter, Node, sql
 
 
@@ -46,7 +46,7 @@ def held_through(ctx, apply: Callable[[DataFrame], DataFrame], below: DataFrame,
     """`apply(below)` (`node`, a filter or a projection, applied to `below`), noted as held on the
     driver where `below` is: filtered there where Arrow decides the predicate as Spark does (then
     exact when `below` is), renamed where the projection only picks columns, computed where
-    Arrow's arithmetic is Spark's (driver_projections.py). What the driver computes is a frame
+    Arrow's arithmetic is Spark's (driver/projections.py). What the driver computes is a frame
     Spark builds only if an operator above hands it to Spark: a change held on the driver through
     its scan, filter, projection and aggregate never becomes a Spark plan. Over exact rows, what
     Arrow does not compute as Spark does is noted as Spark's rows of the frame, collected only if

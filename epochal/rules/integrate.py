@@ -4,7 +4,7 @@ recomputing the input. Its change batch is the input's.
 
 Where the change is held exactly on the driver and the use counts are small enough for delta-rs
 to read there whole, the counts advance in Arrow and the snapshots are local relations noted as
-held exactly, so a top-k above sorts them on the driver (driver_topk.py) without a Spark job."""
+held exactly, so a top-k above sorts them on the driver (driver/topk.py) without a Spark job."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from pyspark.sql.types import BooleanType, LongType, StructField, StructType
 
 from ..arrow_rows import key_tuples, spark_typed
 from ..changes import NEW, OLD, consolidate, consolidate_rows, null_safe_on, quoted
-from ..driver_topk import expanded, orderable
+from ..driver.topk import expanded, orderable
 from ..graph import WEIGHT, Integrate
-from ..state import DELETE_FLAG
+from ..keyed.state import DELETE_FLAG
 from .base import Rule
 
 COUNT = "__count"

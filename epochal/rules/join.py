@@ -7,7 +7,7 @@ the join condition outward from it, so every join has an equality to the rows al
 (semi-join reduction: only partners of changed rows are kept). Terms of unchanged inputs vanish
 without a Spark job. The other inputs are read by Delta time travel, so no state is kept. A term
 whose inputs are all held exactly on the driver (the batch and its partners read there) is joined
-there, in Arrow (driver_joins.py), and reaches Spark as a local relation.
+there, in Arrow (driver/joins.py), and reaches Spark as a local relation.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 
 from ..arrow_rows import spark_typed
 from ..changes import NEW, OLD, quoted
-from ..driver_joins import join_rows, output_schema
+from ..driver.joins import join_rows, output_schema
 from ..graph import WEIGHT, Join, conjoin, join_order
 from .base import Rule, expr, union_all
 from .restrict import reduce_partners, restrict_partners, restricted_snapshot
@@ -43,7 +43,7 @@ def join_frames(node: Join, frames: dict[int, DataFrame], start: int) -> DataFra
 
 
 def join_on_driver(node: Join, ctx, frames: dict[int, DataFrame], start: int):
-    """The term's rows and Spark schema, joined in Arrow (driver_joins.py) where every input is
+    """The term's rows and Spark schema, joined in Arrow (driver/joins.py) where every input is
     held exactly on the driver; None where it is Spark's to join."""
     held = {j: ctx.exact_rows(frame) for j, frame in frames.items()}
     if any(rows is None for rows in held.values()):

@@ -2,7 +2,7 @@
 as its match count crosses zero. Maintained by affected-key recompute on the join's equality keys:
 for every key whose rows changed on either side, the join of that key's rows before and after.
 Where those rows are held on the driver (keyed.keyed_on_driver), Arrow joins them
-(driver_joins.outer_join_rows); Spark otherwise."""
+(driver.joins.outer_join_rows); Spark otherwise."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pyspark.sql.types import StructField, StructType
 from sqlglot import exp
 
 from ..changes import quoted
-from ..driver_joins import outer_join_rows
+from ..driver.joins import outer_join_rows
 from ..graph import OuterJoin, col, conjoin
 from .base import Rule, expr
 from .keyed import keyed_on_driver, keyed_recompute
@@ -46,7 +46,7 @@ class OuterJoinRule(Rule):
         return keyed_recompute(ctx, sides, self._evaluate(node))
 
     def _rows(self, node: OuterJoin, frames):
-        """The operator over Arrow rows (driver_joins.outer_join_rows), as (rows, schema): the
+        """The operator over Arrow rows (driver.joins.outer_join_rows), as (rows, schema): the
         columns _evaluate selects, those of a NULL-padded side nullable."""
         (left, left_schema), (right, right_schema) = frames
         rows = outer_join_rows(left, right, left_schema, right_schema, node.pairs, node.residual, node.side)

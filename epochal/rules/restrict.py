@@ -1,4 +1,4 @@
-"""Key-restricted co-generator reads, at run time (the plan side is optimize/restrict_cogenerators).
+"""Key-restricted co-generator reads, at run time (the plan side is planning/optimize/restrict_cogenerators).
 
 In the join term that starts from input i's change batch, input j can only contribute rows whose
 column b equals some value of a in the batch (`Join.restrict`). The batch's distinct values are

@@ -3,7 +3,7 @@ the epoch covers, restricted to the columns and rows the plan reads, consolidate
 are time-travel reads. A small change batch or snapshot is read once per refresh, on the driver, and
 shared by every step reading it (shared_reads.py); such a batch is consolidated there too, so its
 rows are counted, and its key values taken, without a Spark job, after its predicate where Arrow
-decides that as Spark does (driver_filters.py; filtering and consolidating commute). Rows that
+decides that as Spark does (driver/filters.py; filtering and consolidating commute). Rows that
 passed a predicate Arrow decided are noted as exactly the scan's rows (Context.on_driver), so the
 join terms and aggregates above may compute on them there. No state: Delta keeps every version
 (co-generators, as "How Pulley Produces Incremental Output" calls them)."""
@@ -15,7 +15,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
 from ..changes import consolidate, quoted, read_changes, read_snapshot
-from ..driver_filters import driver_filter
+from ..driver.filters import driver_filter
 from ..graph import WEIGHT, Scan
 from .base import Rule, expr
 

@@ -11,7 +11,7 @@ from pyspark.sql.types import StructType
 
 from ..arrow_rows import spark_typed
 from ..changes import NEW, OLD, quoted
-from ..driver_joins import semi_join_rows
+from ..driver.joins import semi_join_rows
 from ..graph import SemiJoin
 from .base import Rule, expr
 from .keyed import full_recompute, keyed_on_driver, keyed_recompute
@@ -71,7 +71,7 @@ class SemiJoinRule(Rule):
         return keyed_recompute(ctx, sides, evaluate)
 
     def rows(self, node: SemiJoin, frames):
-        """The operator over Arrow rows (driver_joins.semi_join_rows), as (rows, schema)."""
+        """The operator over Arrow rows (driver.joins.semi_join_rows), as (rows, schema)."""
         (left, left_schema), (right, right_schema) = frames
         rows = semi_join_rows(left, right, left_schema, right_schema, node.pairs, node.residual, node.anti)
         if rows is None:

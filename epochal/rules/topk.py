@@ -10,7 +10,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 
 from ..arrow_rows import spark_typed
 from ..changes import NEW, OLD, consolidate, quoted
-from ..driver_topk import orderable, top_rows, weighted_difference
+from ..driver.topk import orderable, top_rows, weighted_difference
 from ..graph import WEIGHT, TopK
 from .base import Rule
 from .keyed import weighted

@@ -1,0 +1,594 @@
+"""Arrangements: a large input's columns kept sorted by the key its readers look rows up by, in
+small row groups, so that a change batch's random keys read a bounded number of rows.
+
+A join term `d_i ⋈ other inputs` reads each other input for the keys of its change batch
+(shared_reads.SharedReads.restricted). Random keys touch every file and every row group of a
+table laid out otherwise, so that read grows with the table, with pyarrow's `isin` and through
+Spark alike. Sorted by the key in row groups of ROW_GROUP rows, the row groups whose statistics
+miss every key are skipped and the same read costs about keys x ROW_GROUP rows at any size, a
+fraction of the unsorted read at TPC-H's larger scales (`python -m bench.keyed_reads`).
+Materialize's shared arrangements are the model: one per (input, key), shared by every join term
+and table of the warehouse that looks the input up by that key.
+
+An arrangement is a Z-set of the input's rows as of a version of it: a Delta table under
+`<warehouse>/_epochal/arrangements/`, each row with a WEIGHT. It is built from the input's
+snapshot (every weight 1, sorted by the key; on the driver by pyarrow and delta-rs up to
+DRIVER_BUILD_ROWS rows, by Spark above) after the refresh that computes a reading table in full
+(for the keys its plan marks: restrict_cogenerators.keyed_partners), or else after the first
+refresh that read the input by key; each refresh that read the input by key appends the
+input's change feed since (weights +1 and -1, a small delta-rs commit, sorted by the key in row
+groups of ROW_GROUP rows too, so a read skips most of each appended file as well). It is built
+again once its appends are MAX_APPENDS files or REBUILD_FRACTION of its built rows: every read
+opens each appended file and cancelled rows pile up, while a build reads, sorts and writes the
+whole input, so it is not repeated lightly. Every commit records, in its `userMetadata`, the
+input versions its rows stand for (`since`, `to`), so a reader takes the last commit at or
+before the version it wants and adds the change feed from there, and a chain with a gap (a lost
+or doubled append) is never read.
+A read takes each file from its local copy (local_copies: Arrow IPC batches of 256 rows with
+their key bounds, made when the arrangement is built), else from its Parquet row groups,
+keeping those it decoded (DECODED_BYTES) for the next reads, which in one refresh ask for mostly
+the same changed keys. The vacuum job deletes the files a rebuild left behind.
+
+An arrangement is a cache derived from its input alone: it holds no epoch's result, so a crash
+between its commits and the epoch's loses nothing (the next refresh appends or rebuilds), and a
+missing, stale or unreadable one sends the read back to the input itself (never a wrong answer,
+at worst a slower one). Only integer and date keys are arranged: their Parquet statistics are
+exact, a string's are truncated.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+import logging
+import re
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
+from deltalake import CommitProperties, DeltaTable, WriterProperties, write_deltalake
+from deltalake.exceptions import DeltaError
+from pyspark.sql import functions as F
+
+from ..arrow_rows import key_kind
+from ..changes import feed_weights, quoted
+from ..graph import WEIGHT
+from ..sessions import session_confs
+from ..storage.commits import aligned
+from ..storage.deltalog import DeltaLog, delta_rs_reads_alike
+from .file_pruning import as_integers, files_holding, row_groups_holding
+from .local_copies import LocalCopies
+
+log = logging.getLogger("epochal")
+
+ROW_GROUP = 2_000  # rows per Parquet row group of an arrangement (bench.keyed_reads: 2,000 vs 10,000)
+ROWS_PER_FILE = 4_000_000
+MAX_APPENDS = 64  # appended files before the arrangement is built again (each read opens every one)
+REBUILD_FRACTION = 0.1  # appended rows, against the built rows, before it is built again
+REBUILD_ROWS = 100_000  # appended rows below which it is never built again for their number (a read decodes them in ms)
+ARRANGE_ROWS = 1_000_000  # inputs smaller than this are scanned (a scan of them costs what a lookup does)
+DRIVER_BUILD_ROWS = 10_000_000  # inputs up to this many rows are arranged on the driver, larger ones by Spark
+DECODED_BYTES = 1 << 30  # decoded row groups kept for later reads (Arrangements.rows_of)
+FORMAT = 1
+# commits that add and remove no rows: the maintenance job's VACUUM (delta-rs logs its start and end)
+ROWLESS_OPERATIONS = frozenset({"VACUUM START", "VACUUM END"})
+_row_group_setting = threading.Lock()
+
+
+@dataclass(frozen=True)
+class ArrangementCommit:
+    """One commit of an arrangement: its version, and the input versions its rows stand for
+    after it (`to`), appended on top of `since` (None: built from the input's snapshot)."""
+
+    version: int
+    since: int | None
+    to: int
+    columns: tuple[str, ...]
+    rows: int | None = None  # rows built or appended (None: written before it was recorded)
+
+
+def _bits(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """`column` in a form whose equality is the values' identity: floating point as its bits
+    (-0.0 and 0.0, NaNs, stay apart as the stored rows are), string views as strings."""
+    kind = column.type
+    if pa.types.is_floating(kind):
+        width = {16: pa.int16(), 32: pa.int32(), 64: pa.int64()}[kind.bit_width]
+        return pa.chunked_array([pa.Array.from_buffers(width, len(chunk), chunk.buffers(), chunk.null_count,
+                                                       chunk.offset) for chunk in column.chunks], width)
+    if pa.types.is_string_view(kind):
+        return column.cast(pa.string())
+    return column
+
+
+def net_rows(weighted: pa.Table, key: str | None = None) -> pa.Table | None:
+    """The multiset a Z-set of rows (columns and WEIGHT) stands for: each distinct row (equal as
+    stored, bit for bit) repeated its summed weight, in the order of their first rows. None when
+    a row's weight sums below zero (the arrangement does not hold what its input did) or a column
+    is not groupable here. With `key`, a column on which equal rows agree, only the rows whose key
+    some negative weight has are grouped: the others cannot cancel, and are taken their weight
+    times as they stand (a read of an arrangement is mostly built rows: grouping every one was
+    a large share of TPC-H Q5's reads)."""
+    values = [c for c in weighted.column_names if c != WEIGHT]
+    if not values:
+        return None
+    weights = weighted.column(WEIGHT).to_numpy()
+    rows = np.arange(weighted.num_rows, dtype=np.int64)
+    involved = np.ones(weighted.num_rows, dtype=bool)
+    if key is not None:
+        try:
+            column = _bits(weighted.column(key))
+            cancelling = pc.unique(column.filter(pa.array(weights < 0)))
+            involved = pc.fill_null(pc.is_in(column, value_set=cancelling), False).to_numpy()
+        except (pa.ArrowException, KeyError):
+            pass  # group them all
+    grouped = _netted(weighted.select(values + [WEIGHT]).take(pa.array(rows[involved])), values) \
+        if involved.any() else np.empty(0, dtype=np.int64)
+    if grouped is None:
+        return None
+    free = rows[~involved]  # no negative weight among them (every negative row is involved)
+    taken = np.sort(np.concatenate([np.repeat(free, weights[free]), rows[involved][grouped]]))
+    try:
+        return _without_views(weighted.select(values)).take(pa.array(taken))
+    except pa.ArrowException:
+        return None
+
+
+def _netted(weighted: pa.Table, values: list[str]) -> np.ndarray | None:
+    """net_rows of all of `weighted` as the row indices to take (a distinct row's first index,
+    repeated its summed weight), or None (a sum below zero, or a column not groupable)."""
+    try:
+        keys = [_bits(weighted.column(c)) for c in values]
+        index = pa.array(np.arange(weighted.num_rows, dtype=np.int64))
+        grouped = pa.Table.from_arrays(keys + [weighted.column(WEIGHT), index],
+                                       names=[f"k{i}" for i in range(len(keys))] + [WEIGHT, "__i"]) \
+            .group_by([f"k{i}" for i in range(len(keys))], use_threads=False) \
+            .aggregate([(WEIGHT, "sum"), ("__i", "min")])
+    except (pa.ArrowException, KeyError):
+        return None
+    weights = grouped.column(f"{WEIGHT}_sum").to_numpy(zero_copy_only=False)
+    if (weights < 0).any():
+        return None
+    first = grouped.column("__i_min").to_numpy(zero_copy_only=False)
+    kept = weights > 0
+    return np.repeat(first[kept], weights[kept])
+
+
+def _without_views(table: pa.Table) -> pa.Table:
+    """`table` with string and binary views as plain strings and binaries: pyarrow's `take` has no
+    kernel for views, which delta-rs reads strings as."""
+    plain = {pa.types.is_string_view: pa.string(), pa.types.is_binary_view: pa.binary()}
+    for i, field in enumerate(table.schema):
+        for test, kind in plain.items():
+            if test(field.type):
+                table = table.set_column(i, field.name, table.column(i).cast(kind))
+    return table
+
+
+def _sorted_by(rows: pa.Table, key: str) -> pa.Table:
+    """`rows` in an arrangement's order: by `key`, NULLs first (as Spark's ascending sort)."""
+    return rows.take(pc.sort_indices(rows, sort_keys=[(key, "ascending", "at_start")]))
+
+
+def due_for_rebuild(chain: list[ArrangementCommit]) -> bool:
+    """Whether an arrangement's appends (the commits after its build) are many or large enough
+    that building it again costs less than reading them on: MAX_APPENDS files, or more than
+    REBUILD_FRACTION of the rows it was built with and REBUILD_ROWS."""
+    appends = chain[1:]
+    if len(appends) >= MAX_APPENDS:
+        return True
+    if chain[0].rows is None or any(c.rows is None for c in appends):
+        return len(appends) >= 8  # written before rows were recorded: the bound it was written under
+    return sum(c.rows for c in appends) > max(REBUILD_FRACTION * chain[0].rows, REBUILD_ROWS)
+
+
+class Arrangements:
+    """The warehouse's arrangements: where each lives, which commit serves a read, how to build
+    and advance one. `root`: the folder they live under."""
+
+    def __init__(self, root: str, storage_options: dict[str, str] | None = None, min_rows: int = ARRANGE_ROWS,
+                 rows_per_file: int = ROWS_PER_FILE, driver_build_rows: int = DRIVER_BUILD_ROWS,
+                 decoded_bytes: int = DECODED_BYTES, copies: LocalCopies | None = None):
+        self.root = root.rstrip("/")
+        self.copies = copies
+        self.storage_options = storage_options
+        self.min_rows = min_rows
+        self.rows_per_file = rows_per_file
+        self.driver_build_rows = driver_build_rows
+        self.decoded_bytes = decoded_bytes
+        self._chains: dict[str, tuple[int, list[ArrangementCommit]]] = {}
+        self._guard = threading.Lock()
+        # (input, key) -> [reads, keys, files, row groups, rows read, change feed rows, files read from local
+        # copies] since take_served
+        self._served: dict[tuple[str, str], list[int]] = {}
+        self._distrusted: set[str] = set()  # disagreed with its input or failed to advance: unusable until built
+        # (file, row group, columns) -> its decoded rows, least recently used first (DECODED_BYTES)
+        self._decoded: collections.OrderedDict = collections.OrderedDict()
+        self._decoded_bytes = 0
+
+    @staticmethod
+    def _prefix(source: str) -> str:
+        """What every arrangement of `source` is named with first."""
+        return re.sub(r"[^a-z0-9_]+", "_", source.rstrip("/").rsplit("/", 1)[-1].lower())[:40] + "."
+
+    def path(self, source: str, key: str) -> str:
+        name = self._prefix(source)[:-1]
+        digest = hashlib.sha1(f"{source.rstrip('/')}\0{key.lower()}".encode()).hexdigest()[:10]
+        return f"{self.root}/{name}.{re.sub(r'[^a-z0-9_]+', '_', key.lower())}.{digest}"
+
+    def chain(self, source: str, key: str) -> list[ArrangementCommit]:
+        """The arrangement's commits since its last build, oldest first, while each appends on
+        top of the one before; [] when there is none (or its log is not one this code wrote)."""
+        path = self.path(source, key)
+        if path in self._distrusted:
+            return []
+        log_ = DeltaLog.open(path, self.storage_options)
+        if log_ is None:
+            return []
+        with self._guard:
+            cached = self._chains.get(path)
+        if cached is not None and cached[0] == log_.version:
+            return cached[1]
+        commits = []
+        for commit in log_.commits(0):
+            if commit.operation in ROWLESS_OPERATIONS:
+                continue
+            try:
+                meta = json.loads(commit.user_metadata or "")
+            except ValueError:
+                meta = None
+            if not isinstance(meta, dict) or meta.get("arrangement") != FORMAT:
+                commits = []  # a commit not ours: nothing before it can be trusted either
+                continue
+            step = ArrangementCommit(commit.version, meta.get("since"), int(meta["to"]), tuple(meta["columns"]), meta.get("rows"))
+            if step.since is None:
+                commits = [step]
+            elif commits and step.since == commits[-1].to and step.columns == commits[-1].columns:
+                commits.append(step)
+            else:
+                commits = []  # a gap or a doubled append: unusable until built again
+        with self._guard:
+            self._chains[path] = (log_.version, commits)
+        return commits
+
+    def serving(self, source: str, key: str, version: int, columns: list[str]) -> ArrangementCommit | None:
+        """The last commit standing for `version` or an earlier one, holding `columns`."""
+        wanted = {c.lower() for c in columns}
+        found = [c for c in self.chain(source, key) if c.to <= version]
+        if not found or not wanted <= {c.lower() for c in found[-1].columns}:
+            return None
+        return found[-1]
+
+    def read(self, source: str, version: int, key: str, values: pa.Array, nulls: bool, columns: list[str],
+             changes, limit: int | None = None) -> pa.Table | None:
+        """The input's rows as of `version` whose `key` is one of `values` (or NULL, with `nulls`),
+        with `columns`; None when no arrangement serves it (then scan the input) or they are more
+        than `limit`. `changes(before, after)`: the input's change feed as Arrow (`_change_type`
+        and every column), or None."""
+        commit = self.serving(source, key, version, columns)
+        if commit is None:
+            return None
+        feed, cancelled = None, 0
+        if commit.to < version:
+            feed = changes(commit.to, version)
+            if feed is None:
+                return None
+            feed = _without_views(feed)
+            by_name = {n.lower(): n for n in feed.column_names}
+            column = feed.column(by_name[key.lower()])
+            mask = pc.is_in(column, value_set=values.cast(column.type))
+            if nulls:
+                mask = pc.or_(mask, pc.is_null(column))
+            feed = feed.filter(pc.fill_null(mask, False))
+            weight = feed_weights(feed)
+            cancelled = int(pc.sum(pc.less(weight, 0)).as_py() or 0)  # stored rows the feed may take away
+        at_most = None if limit is None else limit + cancelled
+        try:
+            table = DeltaTable(self.path(source, key), version=commit.version, storage_options=self.storage_options)
+            dataset = table.to_pyarrow_dataset()
+            names = {n.lower(): n for n in dataset.schema.names}
+            field = names[key.lower()]
+            selected = [names[c.lower()] for c in columns] + [WEIGHT]
+            values = values.cast(dataset.schema.field(field).type)
+            condition = ds.field(field).isin(values)
+            if nulls:
+                condition = condition | ds.field(field).is_null()
+            holding = files_holding(table, dataset, field, values, nulls, row_groups=self.copies is None)
+            arranged, copied, row_groups = self.rows_of(self.path(source, key), holding, selected, field, values,
+                                                        nulls, condition, at_most)
+            if arranged is None or (at_most is not None and arranged.num_rows > at_most):
+                return None  # more rows than `limit` even if the feed cancelled all it can
+            arranged = _without_views(arranged)
+        except (DeltaError, OSError, KeyError, ValueError, pa.ArrowException) as error:
+            log.warning("arrangement %s not read (%s); %s is scanned instead", self.path(source, key), error, source)
+            return None
+        parts = [arranged]
+        files = len(list(holding.get_fragments()))
+        served = [1, len(values), files, row_groups, arranged.num_rows, 0, copied]
+        if feed is not None:
+            served[5] = feed.num_rows
+            by_name = {n.lower(): n for n in feed.column_names}
+            try:
+                parts.append(pa.Table.from_arrays(
+                    [feed.column(by_name[c.lower()]).cast(arranged.schema.field(n).type)
+                     for c, n in zip(columns, arranged.column_names)] + [weight],
+                    names=arranged.column_names))
+            except pa.ArrowException:
+                return None
+        rows = net_rows(pa.concat_tables(parts), field)
+        if rows is None:
+            log.warning("arrangement %s disagrees with %s as of version %d (a weight below zero); the input is "
+                        "scanned instead, and the arrangement is built again by the next refresh",
+                        self.path(source, key), source, version)
+            self.distrust(source, key)
+            return None
+        if limit is not None and rows.num_rows > limit:
+            return None
+        with self._guard:
+            total = self._served.setdefault((source, key), [0] * len(served))
+            total[:] = [a + b for a, b in zip(total, served)]
+        return rows.rename_columns(list(columns))
+
+    def rows_of(self, path: str, holding, selected: list[str], field: str, values: pa.Array, nulls: bool,
+                condition, at_most: int | None = None) -> tuple[pa.Table | None, int, int]:
+        """`holding`'s rows (files of the table at `path`, an arrangement or a state table, that
+        may hold the keys; without local copies, cut to such row groups too) whose `field` is one
+        of `values` (or NULL, with `nulls`): from each file's local copy (local_copies), else from
+        its Parquet row groups that may hold them. Row groups decoded by earlier reads are taken
+        from memory: the join terms of one refresh read the same changed orders' row groups again
+        and again (lineitem by l_orderkey: a dozen reads of the same row groups an epoch). Also
+        returns how many files were read from their local copies, and how many Parquet row
+        groups were read (decoded or from memory). No rows (None) when the copies' bounds alone
+        show more than `at_most` of them: a read too large for the driver is refused before it is
+        made (TPC-H Q5's supplier changes ask customer for every customer of their nations,
+        660,000 rows at scale 10, which the join then reaches by c_custkey instead)."""
+        parts, copied_files, row_groups = [], 0, 0
+        integers = np.sort(as_integers(values)) if self.copies is not None else None
+        wanted = pa.schema([holding.schema.field(name) for name in selected])
+        try:
+            fragments = list(holding.get_fragments())
+            if integers is not None and at_most is not None:
+                certain = sum(self.copies.certain_rows(f"{path}/{f.path}", f, field, integers) for f in fragments)
+                if certain > at_most:
+                    return None, 0, 0
+            for fragment in fragments:
+                if integers is not None:
+                    copied = self.copies.rows(f"{path}/{fragment.path}", fragment, field, integers, nulls, selected)
+                    if copied is not None:
+                        parts.append(copied.rename_columns(selected).cast(wanted))
+                        copied_files += 1
+                        continue
+                    try:  # not cut by files_holding, which left that to the copies
+                        fragment = row_groups_holding(fragment, field, integers, nulls)
+                    except pa.ArrowException:
+                        pass
+                    if fragment is None:
+                        continue
+                ids = [group.id for group in fragment.row_groups]
+                row_groups += len(ids)
+                found, missing = {}, []
+                with self._guard:
+                    for group in ids:
+                        key = (fragment.path, group, tuple(selected))
+                        hit = self._decoded.get(key)
+                        if hit is None:
+                            missing.append(group)
+                        else:
+                            self._decoded.move_to_end(key)
+                            found[group] = hit
+                if missing:
+                    decoded = fragment.subset(row_group_ids=missing).to_table(schema=holding.schema, columns=selected)
+                    offset = 0
+                    for group in missing:
+                        rows = fragment.metadata.row_group(group).num_rows
+                        found[group] = decoded.slice(offset, rows)
+                        offset += rows
+                    if offset != decoded.num_rows:
+                        raise ValueError(f"{fragment.path}: row groups of {offset} rows decoded as {decoded.num_rows}")
+                    self._keep_decoded(fragment.path, selected, {g: found[g] for g in missing})
+                parts.extend(found[group] for group in ids)
+        except (AttributeError, TypeError):  # not Parquet fragments: scan them as they are
+            return holding.to_table(columns=selected, filter=condition), 0, 0
+        if not parts:
+            return holding.schema.empty_table().select(selected), copied_files, row_groups
+        rows = pa.concat_tables(parts)
+        mask = pc.is_in(rows.column(field), value_set=values)
+        if nulls:
+            mask = pc.or_(mask, pc.is_null(rows.column(field)))
+        return rows.filter(pc.fill_null(mask, False)), copied_files, row_groups
+
+    def _keep_decoded(self, path: str, selected: list[str], groups: dict[int, pa.Table]) -> None:
+        with self._guard:
+            for group, rows in groups.items():
+                key = (path, group, tuple(selected))
+                if key not in self._decoded:
+                    self._decoded[key] = rows
+                    self._decoded_bytes += rows.nbytes
+            while self._decoded and self._decoded_bytes > self.decoded_bytes:
+                _, old = self._decoded.popitem(last=False)
+                self._decoded_bytes -= old.nbytes
+
+    def take_served(self) -> dict[tuple[str, str], dict[str, int]]:
+        """The reads served since the last call, per (input, key): how many, for how many keys,
+        the files and Parquet row groups opened (none for a file read from its local copy), the
+        arrangement's rows read, the change feed's rows added and the files read from their local
+        copies; and forget them."""
+        with self._guard:
+            served, self._served = self._served, {}
+        names = ("reads", "keys", "files", "row_groups", "rows", "feed_rows", "copied_files")
+        return {k: dict(zip(names, v)) for k, v in served.items()}
+
+    def of(self, source: str) -> list[dict] | None:
+        """The arrangements of `source` in the warehouse (key, the input version they stand for,
+        appends since the last build, columns, rows stored, files, bytes), for `explain`; None
+        where the folder cannot be listed from here."""
+        try:
+            filesystem, root = pafs.FileSystem.from_uri(self.root)
+            entries = filesystem.get_file_info(pafs.FileSelector(root, allow_not_found=True))
+        except (pa.ArrowException, OSError, ValueError):
+            return None
+        prefix = self._prefix(source)
+        found = []
+        for entry in entries:
+            if entry.type != pafs.FileType.Directory or not entry.base_name.startswith(prefix):
+                continue
+            try:
+                table = DeltaTable(f"{self.root}/{entry.base_name}", storage_options=self.storage_options)
+                meta = json.loads(table.history(1)[0].get("userMetadata") or "{}")
+                if meta.get("source", "").rstrip("/") != source.rstrip("/"):
+                    continue
+                chain = self.chain(source, meta["key"])
+                actions = table.get_add_actions(flatten=True)
+                found.append(dict(key=meta["key"], to=chain[-1].to if chain else None,
+                                  appends=len(chain) - 1 if chain else None, columns=list(meta["columns"]),
+                                  rows=sum(v or 0 for v in actions.column("num_records").to_pylist()),
+                                  files=actions.num_rows, bytes=sum(actions.column("size_bytes").to_pylist())))
+            except Exception:  # noqa: BLE001 - a description; an unreadable one is shown as such
+                found.append(dict(key=entry.base_name, to=None, appends=None, columns=[], rows=0, files=0, bytes=0))
+        return sorted(found, key=lambda a: a["key"])
+
+    def _written(self, source: str, key: str) -> None:
+        """Forget the cached chain: the arrangement has a new commit."""
+        with self._guard:
+            self._chains.pop(self.path(source, key), None)
+
+    def distrust(self, source: str, key: str) -> None:
+        """Read no more of this arrangement, and build it again when next advanced."""
+        with self._guard:
+            self._distrusted.add(self.path(source, key))
+
+    def worth_arranging(self, source: str, version: int, key: str) -> bool:
+        """Whether `source` as of `version` is large enough to arrange, and `key` of a type whose
+        statistics are exact."""
+        try:
+            table = DeltaTable(source, version=version, storage_options=self.storage_options)
+            schema = pa.schema(table.schema().to_arrow())
+            kinds = {f.name.lower(): key_kind(f.type) for f in schema}
+            return kinds.get(key.lower()) in ("integer", "date") and table.count() >= self.min_rows
+        except (DeltaError, OSError, ValueError, pa.ArrowException):  # not sized here: not arranged
+            return False
+
+    def build(self, spark, source: str, version: int, key: str, columns: list[str]) -> ArrangementCommit:
+        """Write the arrangement of `source` as of `version`: on the driver up to
+        `driver_build_rows` rows (`_build_on_driver`), else by Spark (`_build_by_spark`)."""
+        if not self._build_on_driver(source, version, key, columns):
+            self._build_by_spark(spark, source, version, key, columns)
+        self._written(source, key)
+        with self._guard:
+            self._distrusted.discard(self.path(source, key))
+        self._copy_files(source, key)
+        return self.chain(source, key)[-1]
+
+    def _copy_files(self, source: str, key: str) -> None:
+        """Make the local copies of a built arrangement's files now, in the refresh that built
+        it, not in the first incremental read (copying a large arrangement's files, such as
+        lineitem's at scale 10, would otherwise fall on that epoch), and delete the copies of the
+        files it was built from before."""
+        self.copy_table(self.path(source, key), key)
+
+    def copy_table(self, path: str, key: str) -> None:
+        """Make the local copies of the files of the Delta table at `path` (an arrangement, or a
+        state table just replaced) for reads by `key`, an integer or date column, and delete the
+        copies of its files that are gone."""
+        if self.copies is None:
+            return
+        try:
+            dataset = DeltaTable(path, storage_options=self.storage_options).to_pyarrow_dataset()
+            field = {n.lower(): dataset.schema.field(n) for n in dataset.schema.names}[key.lower()]
+            if key_kind(field.type) not in ("integer", "date"):
+                return
+            fragments = list(dataset.get_fragments())
+        except Exception as error:  # noqa: BLE001 - copies are a cache; reads make what is missing
+            log.warning("local copies of %s not made now (%s); its first reads make them", path, error)
+            return
+        live = [f"{path}/{fragment.path}" for fragment in fragments]
+        self.copies.prune(path, live, key)
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="epochal-copy") as pool:
+            list(pool.map(lambda pair: self.copies.make(pair[0], pair[1], key), zip(live, fragments)))
+
+    def _build_on_driver(self, source: str, version: int, key: str, columns: list[str]) -> bool:
+        """Read, sort and write the arrangement on the driver (pyarrow and delta-rs), where the
+        input is at most `driver_build_rows` rows and delta-rs reads it as Spark does; whether
+        it did. Up to that size the driver builds it several times faster than Spark, which pays
+        for a range partitioning, a sort and its jobs (`python -m bench.arrangement_builds 1`)."""
+        try:
+            table = DeltaTable(source, version=version, storage_options=self.storage_options)
+            if not delta_rs_reads_alike(table) or table.count() > self.driver_build_rows:
+                return False
+            schema = _without_views(pa.schema(table.schema().to_arrow()).empty_table()).schema
+            by_name = {f.name.lower(): f for f in schema}
+            fields = [by_name[c.lower()] for c in columns]
+            data = table.to_pyarrow_dataset().to_table(columns=[f.name for f in fields])
+        except (DeltaError, OSError, ValueError, KeyError, pa.ArrowException):  # Spark's to read
+            return False
+        rows = pa.Table.from_arrays([data.column(f.name).cast(f.type) for f in fields]
+                                    + [pa.array(np.ones(data.num_rows, dtype=np.int64))],
+                                    schema=pa.schema(fields + [pa.field(WEIGHT, pa.int64())]))
+        rows = _sorted_by(rows, by_name[key.lower()].name)
+        meta = dict(arrangement=FORMAT, since=None, to=version, columns=[f.name for f in fields], source=source,
+                    key=key, rows=rows.num_rows)
+        write_deltalake(self.path(source, key), rows, mode="overwrite", schema_mode="overwrite",
+                        storage_options=self.storage_options,
+                        writer_properties=WriterProperties(max_row_group_size=ROW_GROUP),
+                        commit_properties=CommitProperties(custom_metadata={"userMetadata": json.dumps(meta)}))
+        log.info("arranged %s by %s as of version %d on the driver: %d rows", source, key, version, rows.num_rows)
+        return True
+
+    def _build_by_spark(self, spark, source: str, version: int, key: str, columns: list[str]) -> None:
+        """Write the arrangement of `source` as of `version` (Spark: the input is large), sorted by
+        `key` in row groups of ROW_GROUP rows, in files of about `rows_per_file` rows, each one
+        range of keys. (Key ranges taken from the input's Delta statistics instead of Spark's
+        sampling pass saved nothing measurable: `python -m bench.arrangement_builds 1`.)"""
+        frame = spark.read.format("delta").option("versionAsOf", version).load(source)
+        by_name = {f.name.lower(): f.name for f in frame.schema.fields}
+        names = [by_name[c.lower()] for c in columns]
+        rows = frame.count()
+        sorted_ = (frame.select(*[F.col(quoted(c)) for c in names], F.lit(1).cast("long").alias(WEIGHT))
+                   .repartitionByRange(max(1, -(-rows // self.rows_per_file)), F.col(quoted(by_name[key.lower()])))
+                   .sortWithinPartitions(F.col(quoted(by_name[key.lower()]))))
+        meta = dict(arrangement=FORMAT, since=None, to=version, columns=names, source=source, key=key, rows=rows)
+        # Parquet takes the row-group bound from the write's Hadoop conf, which Spark builds from the
+        # session's confs (a DataFrameWriter option does not reach it through Delta's writer); a
+        # session conf also reaches a Spark Connect server's session, the client's Hadoop conf not.
+        with _row_group_setting, session_confs(spark, {"parquet.block.row.count.limit": str(ROW_GROUP)}):
+            (sorted_.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+             .option("userMetadata", json.dumps(meta)).save(self.path(source, key)))
+        log.info("arranged %s by %s as of version %d: %d rows", source, key, version, rows)
+
+    def append(self, source: str, key: str, commit: ArrangementCommit, to: int, feed: pa.Table) -> None:
+        """Append the input's change feed from `commit.to` to `to` (delta-rs, one small commit)."""
+        path = self.path(source, key)
+        table = DeltaTable(path, storage_options=self.storage_options)
+        by_name = {n.lower(): n for n in feed.column_names}
+        rows = pa.Table.from_arrays([feed.column(by_name[c.lower()]) for c in commit.columns] + [feed_weights(feed)],
+                                    names=list(commit.columns) + [WEIGHT])
+        rows = _sorted_by(_without_views(rows), next(c for c in commit.columns if c.lower() == key.lower()))
+        meta = dict(arrangement=FORMAT, since=commit.to, to=to, columns=list(commit.columns), source=source, key=key,
+                    rows=rows.num_rows)
+        write_deltalake(table, aligned(rows, table), mode="append", storage_options=self.storage_options,
+                        writer_properties=WriterProperties(max_row_group_size=ROW_GROUP),
+                        commit_properties=CommitProperties(custom_metadata={"userMetadata": json.dumps(meta)}))
+        self._written(source, key)
+
+    def advance(self, spark, source: str, version: int, key: str, columns: list[str], changes) -> str:
+        """Bring the arrangement of `source` by `key` to `version`: build it (none yet, too many
+        appends, a column missing, a gap), else append the change feed since. Returns what was
+        done ("built", "appended", "current")."""
+        chain = self.chain(source, key)
+        held = {c.lower() for c in chain[-1].columns} if chain else set()
+        if chain and chain[-1].to >= version and {c.lower() for c in columns} <= held:
+            return "current"  # (a later refresh may have advanced it already)
+        if chain and chain[-1].to < version and {c.lower() for c in columns} <= held and not due_for_rebuild(chain):
+            feed = changes(chain[-1].to, version)
+            if feed is not None:
+                self.append(source, key, chain[-1], version, feed)
+                return "appended"
+        wanted = list(dict.fromkeys([*(chain[-1].columns if chain else ()), *columns, key], None))
+        unique = list({c.lower(): c for c in wanted}.values())
+        self.build(spark, source, version, key, unique)
+        return "built"

@@ -1,0 +1,437 @@
+"""Small Delta reads made once per refresh, on the driver, and shared by every step that makes them.
+
+Every table of an epoch that reads a source reads the same versions of it, and through Spark each
+step paid for each of its reads: a change-feed read costs planning and jobs, and a time-travel
+read is costly (Delta rebuilds the version's snapshot from the log, every time).
+Here a change batch is read once per (table path, version range) and a snapshot once per (table
+path, version), by delta-rs as Arrow with every column, when it is small: at most `driver_rows`
+rows (from the commits' metrics, or the version's file statistics). Each step then selects its
+columns from a local relation. A larger read, or one delta-rs cannot make, is left to Spark (the
+methods return None); Spark also has the last word on ranges Delta refuses to read
+(reasons.refusals).
+
+A large table is read here too when only the rows holding some key values are wanted (a join
+term's co-generators, an affected-key recompute): `restricted` scans one version once for one key
+set, with the columns every table of the refresh reads from it, and shares the few rows it finds.
+Through Spark each join term and table paid a full scan for those rows (random keys touch every
+file, so Delta's file skipping saves nothing), at two versions; pyarrow scans the same rows on
+the driver without a Spark job (figures in bench/RESULTS.md).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError
+from pyspark.sql import DataFrame
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import LongType, StructField, StructType
+
+from ..arrow_rows import key_kind, lazy_frame
+from ..changes import consolidate_rows, feed_weights
+from ..graph import WEIGHT
+from ..storage.deltalog import changed_rows, delta_rs_reads_alike, table_at
+from .file_pruning import files_holding
+
+log = logging.getLogger("epochal")
+
+
+KEY_ROWS_PER_DRIVER_ROW = 10
+
+
+HELD_BYTES = 3 << 30
+
+
+class SharedReads:
+    """`driver_rows` bounds what is read whole (a change batch, a version); `key_rows` (default
+    KEY_ROWS_PER_DRIVER_ROW x driver_rows) what a read of some keys' rows may find. The scan costs
+    the same either way (random keys touch every file), and through Spark the same rows cost a
+    time-travel read, a scan and the jobs of every operator computed over them: a dimension
+    update touching 20,000 of scale 1's customers reads their 200,000 orders."""
+
+    def __init__(self, storage_options: dict[str, str] | None = None, driver_rows: int = 0,
+                 columns: dict[str, set[str]] | None = None, key_rows: int | None = None,
+                 held_bytes: int = HELD_BYTES, arrangements=None):
+        self.storage_options = storage_options
+        self.driver_rows = driver_rows
+        self.key_rows = KEY_ROWS_PER_DRIVER_ROW * driver_rows if key_rows is None else key_rows
+        self.held_bytes = held_bytes  # what versions read whole for keys may hold, in all
+        self._held = 0
+        self._scanned: set[tuple] = set()  # (path, version) scanned for some keys already
+        self._refused: dict[tuple, list[tuple[frozenset, bool]]] = {}  # (path, version, field) -> key sets read in vain
+        self.columns = columns or {}  # per table path, the columns the refresh's plans read
+        self.arrangements = arrangements  # arrangements.Arrangements: inputs kept sorted by a key
+        self.keyed: dict[tuple[str, str], int] = {}  # (input path, key) read by key -> latest version asked
+        self._reads: dict[tuple, pa.Table | None] = {}
+        self._locks: dict[tuple, threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    def _once(self, key: tuple, read) -> pa.Table | None:
+        with self._guard:
+            lock = self._locks.setdefault(key, threading.Lock())
+        with lock:  # steps running at once wait for one read
+            if key not in self._reads:
+                self._reads[key] = read()
+            return self._reads[key]
+
+    def _changes(self, path: str, before: int, after: int, limit: int | None = None) -> pa.Table | None:
+        rows = changed_rows(path, before, after, self.storage_options)
+        # an update records two rows (pre- and post-image)
+        if rows is None or 2 * rows > (self.driver_rows if limit is None else limit):
+            return None
+        try:
+            table = DeltaTable(path, storage_options=self.storage_options)
+            if not delta_rs_reads_alike(table):
+                return None
+            return pa.table(table.load_cdf(starting_version=before + 1, ending_version=after).read_all())
+        except (DeltaError, OSError):  # Spark reads it, and names what is wrong where it cannot
+            return None
+
+    def _snapshot(self, path: str, version: int) -> pa.Table | None:
+        try:
+            table = DeltaTable(path, version=version, storage_options=self.storage_options)
+            if not delta_rs_reads_alike(table) or table.count() > self.driver_rows:  # count: the files' statistics
+                return None
+            return pa.table(table.to_pyarrow_table())
+        except (DeltaError, OSError, ValueError):  # no statistics, or unreadable here: Spark's to read
+            return None
+
+    def _local(self, spark, data: pa.Table, schema: StructType, columns: list[str] | None,
+               weight: pa.ChunkedArray | None = None) -> DataFrame:
+        """`columns` (names as in `schema`, any case; None: all) of `data` as a local relation."""
+        by_name = {f.name.lower(): f for f in schema.fields}
+        fields = [by_name[c.lower()] for c in columns] if columns is not None else list(schema.fields)
+        arrays = [data.column(f.name) for f in fields]
+        if weight is not None:
+            fields, arrays = fields + [StructField(WEIGHT, LongType())], arrays + [weight]
+        shape = StructType(fields)
+        # one chunk: PySpark 4.1's createDataFrame drops every row after an empty chunk, and
+        # delta-rs and pyarrow scans yield empty batches (a file with no matching rows)
+        local = pa.Table.from_arrays(arrays, names=shape.names).combine_chunks()
+        # delta-rs's Arrow types (string views, time zones) as Spark reads them
+        def create() -> DataFrame:
+            return spark.createDataFrame(local.cast(to_arrow_schema(shape)), schema=shape)
+
+        return lazy_frame(spark, create, shape)
+
+    def local(self, spark, data: pa.Table, schema: StructType) -> DataFrame:
+        """Arrow rows whose columns are named as `schema`'s as a local relation of that schema."""
+        return self._local(spark, data, schema, None)
+
+    def snapshot_rows(self, path: str, version: int) -> pa.Table | None:
+        """The table as of `version` as Arrow (delta-rs's types), or None when it is Spark's to read."""
+        return self._once(("version", path, version), lambda: self._snapshot(path, version))
+
+    def snapshot(self, spark, path: str, version: int, schema: StructType | None = None) -> DataFrame | None:
+        """The table as of `version` as a local relation (with `schema`, else the table's), or
+        None when it is Spark's to read."""
+        data = self.snapshot_rows(path, version)
+        if data is None:
+            return None
+        if schema is None:
+            schema = StructType.fromJson(json.loads(table_at(path, version, self.storage_options).schema().to_json()))
+        return self._local(spark, data, schema, None)
+
+    def change_rows(self, path: str, before: int, after: int) -> pa.Table | None:
+        """The change feed of versions before+1..after as Arrow (every column, `_change_type`),
+        or None when the batch is Spark's to read."""
+        return self._once(("changes", path, before, after), lambda: self._changes(path, before, after))
+
+    def keyed_change_rows(self, path: str, before: int, after: int) -> pa.Table | None:
+        """`change_rows` for an arrangement (arrangements.py), which keeps only the rows of some
+        keys of it: bounded by `key_rows`, what a read of some keys' rows may hold, not by
+        `driver_rows`."""
+        held = self._reads.get(("changes", path, before, after))
+        if held is not None:
+            return held
+        return self._once(("keyed changes", path, before, after),
+                          lambda: self._changes(path, before, after, max(self.key_rows, self.driver_rows)))
+
+    def changes(self, spark, path: str, before: int, after: int, schema: StructType,
+                columns: list[str]) -> DataFrame | None:
+        """The weighted change rows of versions before+1..after for `columns` as a local
+        relation, or None when the batch is Spark's to read."""
+        data = self.change_rows(path, before, after)
+        if data is None:
+            return None
+        return self._local(spark, data, schema, columns, feed_weights(data))
+
+    def consolidated_changes(self, spark, path: str, before: int, after: int, schema: StructType,
+                             columns: list[str]) -> tuple[DataFrame, pa.Table] | None:
+        """The change batch of versions before+1..after for `columns`, consolidated on the
+        driver (changes.consolidate_rows): as a local relation and as its Arrow rows (columns
+        named as in `schema`, and WEIGHT). None when the batch is Spark's to read or to group."""
+        data = self.change_rows(path, before, after)
+        if data is None:
+            return None
+        by_name = {f.name.lower(): f.name for f in schema.fields}
+        names = {c.lower(): c for c in data.column_names}
+        if len({c.lower() for c in columns}) != len(columns) or \
+                any(c.lower() not in by_name or c.lower() not in names for c in columns):
+            return None
+        fields = [by_name[c.lower()] for c in columns]
+        rows = consolidate_rows(pa.Table.from_arrays(
+            [data.column(names[c.lower()]) for c in columns] + [feed_weights(data)], names=fields + [WEIGHT]))
+        if rows is None:
+            return None
+        return self._local(spark, rows, schema, fields, rows.column(WEIGHT)), rows
+
+    @staticmethod
+    def _key_array(keys: tuple, target: pa.DataType) -> pa.Array | None:
+        """`keys` as an array of the column's type, or None where is_in would not decide as
+        Spark's equality does (string keys for an integer column: Spark casts, is_in does not)."""
+        if not keys:
+            return pa.array([], target)
+        values = pa.array(list(keys))
+        if key_kind(values.type) != key_kind(target):
+            return None
+        return values.cast(target)  # raises where a value does not fit: Spark's to read
+
+    def _restricted(self, path: str, version: int, field: str, keys: tuple, nulls: bool) -> pa.Table | None:
+        try:
+            table = DeltaTable(path, version=version, storage_options=self.storage_options)
+            if not delta_rs_reads_alike(table):
+                return None
+            dataset = table.to_pyarrow_dataset()
+            names = {name.lower(): name for name in dataset.schema.names}
+            columns = self._read_columns(path, dataset.schema.names, field)
+            target = dataset.schema.field(names[field.lower()])
+            values = self._key_array(keys, target.type)
+            if values is None:
+                return None
+            if not keys and not nulls:  # no keys (a change batch its partners left empty): no rows
+                return pa.schema([dataset.schema.field(c) for c in columns]).empty_table()
+            copied = self._copied(path, target.type)
+            dataset = files_holding(table, dataset, target.name, values, nulls, row_groups=not copied)
+            condition = ds.field(target.name).isin(values)
+            if nulls:
+                condition = condition | ds.field(target.name).is_null()
+            if copied:
+                found, copied, _ = self.arrangements.rows_of(path, dataset, columns, target.name, values, nulls,
+                                                             condition, self.key_rows)
+                log.debug("read %s version %d for %d values of %s: %d files from local copies", path, version,
+                          len(keys), field, copied)
+                return found if found is not None and found.num_rows <= self.key_rows else None
+            batches, rows = [], 0
+            for batch in dataset.scanner(columns=columns, filter=condition).to_batches():
+                rows += batch.num_rows
+                if rows > self.key_rows:
+                    return None  # too many: Spark's to read
+                batches.append(batch)
+            return pa.Table.from_batches(batches, schema=pa.schema([dataset.schema.field(c) for c in columns]))
+        except (DeltaError, OSError, ValueError, TypeError, KeyError, pa.ArrowException):
+            return None  # a type or table delta-rs cannot read as Spark does: Spark's to read
+
+    def _copied(self, path: str, key_type: pa.DataType) -> bool:
+        """Whether reads of `path` by a key of `key_type` go through local copies of its files: a
+        state table's (written in key order, writes.py), by an integer or date key. An input's
+        reads are its arrangement's (unsorted, a copy's batch bounds would admit every key)."""
+        return (path not in self.columns and self.arrangements is not None and self.arrangements.copies is not None
+                and key_kind(key_type) in ("integer", "date"))
+
+    def _read_columns(self, path: str, names: list[str], field: str) -> list[str]:
+        """Of a table's column `names`, those the refresh reads from it and the key `field`
+        (every column of a table no plan reads, such as a state table)."""
+        wanted = self.columns.get(path)
+        by_name = {name.lower(): name for name in names}
+        return [by_name[c.lower()] for c in sorted(wanted | {field}) if c.lower() in by_name] if wanted else list(names)
+
+    def _timed_read(self, path: str, version: int, field: str, keys: tuple, nulls: bool) -> pa.Table | None:
+        began = time.perf_counter()
+        found = self._arranged(path, version, field, keys, nulls)
+        how = "from its arrangement"
+        if found is None:
+            found, how = self._restricted(path, version, field, keys, nulls), "by a scan"
+        if found is not None and path in self.columns:
+            # an input of the refresh's plans (not a state table) whose keys' rows fit on the
+            # driver: worth arranging (a key whose rows do not, as a nation key's, is Spark's anyway)
+            with self._guard:
+                self.keyed[(path, field)] = max(version, self.keyed.get((path, field), -1))
+        log.debug("read %s version %d for %d values of %s on the driver %s: %s rows in %.2f s", path, version,
+                  len(keys), field, how, "too many" if found is None else found.num_rows, time.perf_counter() - began)
+        return found
+
+    def _arranged(self, path: str, version: int, field: str, keys: tuple, nulls: bool) -> pa.Table | None:
+        """`_restricted`'s rows read from the input's arrangement by `field` (arrangements.py), or
+        None where none serves this version and these columns."""
+        if self.arrangements is None or path not in self.columns or not keys:
+            return None
+        try:
+            table = DeltaTable(path, version=version, storage_options=self.storage_options)
+            if not delta_rs_reads_alike(table):
+                return None
+            schema = pa.schema(table.schema().to_arrow())
+        except (DeltaError, OSError, ValueError, pa.ArrowException):
+            return None
+        columns = self._read_columns(path, schema.names, field)
+        target = schema.field(columns[[c.lower() for c in columns].index(field.lower())])
+        values = self._key_array(keys, target.type)
+        if values is None:
+            return None
+        found = self.arrangements.read(path, version, field, values, nulls, columns,
+                                       lambda before, after: self.keyed_change_rows(path, before, after),
+                                       self.key_rows)
+        if found is None:
+            return None
+        try:
+            return found.cast(pa.schema([schema.field(c) for c in columns]))
+        except (pa.ArrowException, ValueError):
+            return None
+
+    def arranged(self, path: str, field: str, version: int) -> bool:
+        """Whether an arrangement serves reads of `path` by `field` as of `version`."""
+        if self.arrangements is None or path not in self.columns:
+            return False
+        wanted = [c for c in self.columns[path]] + [field]
+        return self.arrangements.serving(path, field, version, wanted) is not None
+
+    def _covering(self, path: str, version: int, field: str, keys: tuple, nulls: bool) -> pa.Table | None:
+        """The rows of `keys` out of the rows read so far for (path, version, field). A scan costs
+        the same for any number of keys (random keys touch every file), so a read for keys not yet
+        held reads the union of every key set asked for, and the steps asking next for a subset
+        (other tables, other terms) filter the held rows instead of scanning again."""
+        whole = self.snapshot_rows(path, version)
+        if whole is not None:  # a small version is held whole: its rows of these keys
+            return self._keys_of(whole, path, field, keys, nulls)
+        found = self._keys_of(self._reads.get(("read columns", path, version)), path, field, keys, nulls)
+        if found is not None:
+            return self._bounded(found)
+        slot = ("restricted", path, version, field)
+        wanted = frozenset(keys)
+        if self._refuses(slot[1:], wanted, nulls):
+            return None
+        with self._guard:
+            lock = self._locks.setdefault(slot, threading.Lock())
+        with lock:
+            held = self._reads.get(slot)  # (values, nulls, rows)
+            if held is None or not (wanted <= held[0] and (held[1] or not nulls)):
+                union = wanted | held[0] if held else wanted
+                union_nulls = nulls or bool(held and held[1])
+                try:
+                    ordered = tuple(sorted(union))
+                except TypeError:  # values of unlike types: read these keys alone
+                    ordered = None
+                if (path, version) in self._scanned and held is not None and not self.arranged(path, field, version):
+                    found = self._keys_of(self._read_columns_whole(path, version, field, held[2]), path, field,
+                                          keys, nulls)
+                    if found is not None:
+                        return self._bounded(found)
+                data = self._timed_read(path, version, field, ordered, union_nulls) if ordered is not None else None
+                self._scanned.add((path, version))
+                if data is None:  # the union is too many rows (or unlike): these keys alone, not held
+                    if ordered is not None:
+                        self._refuse(slot[1:], union, union_nulls)
+                    if held is None and ordered is not None:
+                        return None  # these keys were the union
+                    alone = self._timed_read(path, version, field, keys, nulls)
+                    if alone is None:
+                        self._refuse(slot[1:], wanted, nulls)
+                    return alone
+                held = self._reads[slot] = (union, union_nulls, data)
+            data = held[2]
+        if held[0] == wanted and held[1] == nulls:
+            return data
+        found = self._of_keys(data, field, keys, nulls)
+        return found if found is not None else self._timed_read(path, version, field, keys, nulls)
+
+    def _refuses(self, read: tuple, keys: frozenset, nulls: bool) -> bool:
+        """Whether a read of `keys` must fail as one of their subsets did: more keys match at
+        least the same rows (TPC-H Q5's reduction asked orders for the same large set of
+        customers twice per term, each a costly read refused for its rows)."""
+        with self._guard:
+            return any(failed <= keys and (nulls or not failed_nulls)
+                       for failed, failed_nulls in self._refused.get(read, ()))
+
+    def _refuse(self, read: tuple, keys: frozenset, nulls: bool) -> None:
+        with self._guard:
+            self._refused.setdefault(read, []).append((keys, nulls))
+
+    def _keys_of(self, whole: pa.Table | None, path: str, field: str, keys: tuple, nulls: bool) -> pa.Table | None:
+        """The rows of `keys` in `whole` (a version held whole), with the columns a read of them returns."""
+        found = self._of_keys(whole, field, keys, nulls) if whole is not None else None
+        return found.select(self._read_columns(path, found.schema.names, field)) if found is not None else None
+
+    def _bounded(self, found: pa.Table | None) -> pa.Table | None:
+        return found if found is not None and found.num_rows <= self.key_rows else None
+
+    def _read_columns_whole(self, path: str, version: int, field: str, sample: pa.Table) -> pa.Table | None:
+        """The columns the refresh reads of the table as of `version`, every row, held for the
+        rest of the refresh (with `field`, the key asked for, if the refresh reads no other column
+        of it): asked when a version is about to be scanned for keys a second time.
+        Random keys make every such scan decode every file (TPC-H's lineitem was scanned many
+        times an epoch, a large share of the epoch: `python -m bench.epoch_reads` shows each such
+        scan), where one decode and in-memory filters serve them all. Only while the estimate
+        (its rows times the bytes per row of `sample`, an earlier read of the same columns) fits
+        what `held_bytes` has left; None otherwise."""
+        return self._once(("read columns", path, version), lambda: self._read_whole(path, version, field, sample))
+
+    def _read_whole(self, path: str, version: int, field: str, sample: pa.Table) -> pa.Table | None:
+        try:
+            table = DeltaTable(path, version=version, storage_options=self.storage_options)
+            per_row = sample.nbytes / sample.num_rows if sample.num_rows else None
+            with self._guard:
+                room = per_row is not None and table.count() * per_row * 1.2 <= self.held_bytes - self._held
+            if not room or not delta_rs_reads_alike(table):
+                return None
+            began = time.perf_counter()
+            dataset = table.to_pyarrow_dataset()
+            found = dataset.to_table(columns=self._read_columns(path, dataset.schema.names, field))
+            with self._guard:
+                self._held += found.nbytes
+            log.debug("read %s version %d whole on the driver (%d columns, %d rows, %.0f MB) in %.2f s",
+                      path, version, found.num_columns, found.num_rows, found.nbytes / 1e6, time.perf_counter() - began)
+            return found
+        except (DeltaError, OSError, ValueError, pa.ArrowException):
+            return None
+
+    def _of_keys(self, data: pa.Table, field: str, keys: tuple, nulls: bool) -> pa.Table | None:
+        """The rows of `data` whose `field` is one of `keys` (or NULL, with `nulls`); None where
+        is_in would not decide as Spark's equality does."""
+        names = [c for c in data.column_names if c.lower() == field.lower()]
+        if not names:
+            return None
+        column = data.column(names[0])
+        values = self._key_array(keys, column.type)
+        if values is None:
+            return None
+        mask = pc.is_in(column, value_set=values)
+        if nulls:
+            mask = pc.or_(mask, pc.is_null(column))
+        return data.filter(pc.fill_null(mask, False))
+
+    def restricted(self, spark, path: str, version: int, schema: StructType, field: str, keys: tuple,
+                   nulls: bool = False) -> DataFrame | None:
+        """The rows of the table as of `version` whose `field` is one of `keys` (sorted, distinct,
+        non-NULL; with `nulls`, also the rows where it is NULL), as a local relation with the
+        columns the refresh reads, or None when they are too many or Spark's to read."""
+        found = self.restricted_with_rows(spark, path, version, schema, field, keys, nulls)
+        return found[0] if found is not None else None
+
+    def restricted_rows(self, path: str, version: int, field: str, keys: tuple, nulls: bool = False) -> pa.Table | None:
+        """`restricted`'s rows as Arrow (every column the refresh reads, or every column of a
+        table no plan reads, such as a state table), or None."""
+        return self._covering(path, version, field, keys, nulls)
+
+    def restricted_with_rows(self, spark, path: str, version: int, schema: StructType, field: str, keys: tuple,
+                             nulls: bool = False) -> tuple[DataFrame, pa.Table] | None:
+        """`restricted`, and the same rows as Arrow (the table's column names)."""
+        data = self._covering(path, version, field, keys, nulls)
+        if data is None:
+            return None
+        by_name = {f.name.lower(): f.name for f in schema.fields}
+        return self._local(spark, data, schema, [by_name[c.lower()] for c in data.column_names]), data
+
+    def clear(self) -> None:
+        with self._guard:
+            self._reads.clear()
+            self._locks.clear()
+            self._scanned.clear()
+            self._refused.clear()
+            self._held = 0

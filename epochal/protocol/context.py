@@ -1,0 +1,203 @@
+"""Evaluating a plan within one epoch: each node's change batch (`delta`) and its contents as of
+the epoch's start or end (`snapshot`), dispatched to the node's rule and memoized, so a subplan used
+by several join terms is planned once."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Callable
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
+
+from .. import settings
+from ..changes import NEW, InputRange
+from ..graph import Node, Scan, walk
+from ..keyed.shared_reads import SharedReads
+from ..keyed.state import StateStore
+from ..metrics import Meter
+from ..reasons import refusals
+from ..rules import rule_for
+
+
+def state_names(plan: Node, stateful: Callable[[Node], bool]) -> dict[int, str]:
+    """Stable names for the state of each stateful node: its kind and position in the plan."""
+    names = {}
+    for position, node in enumerate(walk(plan)):
+        if stateful(node):
+            names[id(node)] = f"{node.kind.lower()}{position}"
+    return names
+
+
+TYPING_CONFS = ("spark.sql.ansi.enabled", "spark.sql.decimalOperations.allowPrecisionLoss",
+                "spark.sql.legacy.literal.pickMinimumPrecision")
+
+
+class Context:
+    def __init__(
+        self,
+        spark: SparkSession,
+        plan: Node,
+        inputs: dict[str, InputRange],
+        state: StateStore,
+        *,
+        rescan: bool = False,
+        broadcast_rows: int = 200_000,
+        meter: Meter | None = None,
+        reads: SharedReads | None = None,
+    ):
+        self.spark = spark
+        self.plan = plan
+        self.inputs = inputs
+        self.state = state
+        self.rescan = rescan
+        self.broadcast_rows = broadcast_rows
+        self.meter = meter or Meter()
+        self.reads = reads
+        self.rule_for = rule_for
+        self.state_names = state_names(plan, lambda node: rule_for(node).stateful(node))
+        self._deltas: dict[int, DataFrame | None] = {}
+        self._snapshots: dict[tuple[int, str], DataFrame] = {}
+        self._changed: dict[int, bool] = {}
+        self.scratch: dict[tuple[int, str], object] = {}
+        self.rows_read = 0
+        self.persisted: list[DataFrame] = []
+        # id(frame) -> (frame, rows, exact): frames whose rows are a subset of an Arrow table on
+        # the driver (exact: the same bag of rows)
+        self._on_driver: dict[int, tuple[DataFrame, object, bool]] = {}
+
+    @cached_property
+    def typing_confs(self) -> tuple:
+        """The confs that decide Spark's result types (ANSI mode, decimal precision), read once per
+        step: the driver's computations must type their columns as Spark would."""
+        return tuple(self.spark.conf.get(name, None) for name in TYPING_CONFS)
+
+    @cached_property
+    def ansi(self) -> bool:
+        """Whether the step's session has ANSI mode on (an overflow is an error, not a NULL)."""
+        return settings.ansi(self.spark)
+
+    def read_changes(self) -> int:
+        """Read every changed scan's change batch once and count it (on the driver where the
+        batch was consolidated there, else persisted and counted by one Spark job); a scan whose
+        batch consolidates to nothing (updates of unread columns, changes filtered out) counts as
+        unchanged, so the join terms and aggregates above it are never planned. A batch counted
+        on the driver is counted after its scan's predicate where Arrow decides that
+        (driver/filters.py), else before it: then one the predicate empties still counts as
+        changed, and its terms run over no rows and add nothing."""
+        for node in walk(self.plan):
+            if isinstance(node, Scan) and self.changed(node):
+                rng = self.inputs[node.table]
+                with refusals(f"the change data of {rng.kind} {rng.name!r} versions {rng.before + 1}..{rng.after}"):
+                    batch = self.rule_for(node).delta(node, self)
+                    held = self.rows_on_driver(batch)  # consolidated on the driver: its rows are counted
+                    rows = held.num_rows if held is not None else None
+                    if rows is None:
+                        batch = batch.persist()  # a short plan: no cut needed
+                        self.persisted.append(batch)
+                        rows = batch.count()  # fills the cache: one job
+                self.rows_read += rows
+                self._deltas[id(node)] = batch if rows else None
+                self._changed[id(node)] = bool(rows)
+        return self.rows_read
+
+    def on_driver(self, frame: DataFrame, rows, exact: bool = False) -> DataFrame:
+        """Note that every row of `frame` is in `rows` (an Arrow table with frame's columns, read
+        or computed on the driver; or a function computing it, called when first asked for), so
+        its key values can be taken there without a Spark job; `exact` when `rows` are frame's
+        rows, no more, so operators above may compute on them."""
+        self._on_driver[id(frame)] = (frame, rows, exact)
+        return frame
+
+    def _held(self, frame: DataFrame):
+        held = self._on_driver.get(id(frame))
+        if held is None or held[0] is not frame:
+            return None
+        if callable(held[1]):
+            held = self._on_driver[id(frame)] = (frame, held[1](), held[2])
+        return held
+
+    def rows_on_driver(self, frame: DataFrame):
+        """The Arrow rows noted for `frame` (a superset of its rows), or None."""
+        held = self._held(frame)
+        return held[1] if held is not None else None
+
+    def exact_rows(self, frame: DataFrame):
+        """The Arrow rows noted as exactly `frame`'s (delta-rs's or Spark's Arrow types), or None."""
+        held = self._held(frame)
+        return held[1] if held is not None and held[2] else None
+
+    def computed_rows(self, frame: DataFrame):
+        """exact_rows where they are computed already (not noted as a function), else None."""
+        held = self._on_driver.get(id(frame))
+        exact = held is not None and held[0] is frame and held[2] and not callable(held[1])
+        return held[1] if exact else None
+
+    def held_exactly(self, frame: DataFrame) -> bool:
+        """Whether `frame`'s rows are noted exactly, without computing rows noted as a function."""
+        held = self._on_driver.get(id(frame))
+        return held is not None and held[0] is frame and held[2]
+
+    def materialize(self, frame: DataFrame) -> DataFrame:
+        """Compute `frame` now and cut its lineage (a local checkpoint): what reads it later plans
+        against the result, not against the whole subplan again. Without these cuts a join term
+        over an aggregate over a join repeats every subplan below it, and plans grow into
+        megabytes that take Catalyst seconds to optimize. Only change-sized frames are
+        materialized; released when the step ends. A frame held exactly on the driver is a local
+        relation under a few narrow operators already: it is returned as it is."""
+        if self.held_exactly(frame):
+            return frame
+        done = frame.localCheckpoint(eager=True)
+        self.persisted.append(done)
+        return done
+
+    def unpersist(self) -> None:
+        for frame in self.persisted:
+            frame.unpersist()
+        self.persisted.clear()
+
+    def changed(self, node: Node) -> bool:
+        """Whether any input below `node` changed in this epoch (decided without Spark)."""
+        if id(node) not in self._changed:
+            if isinstance(node, Scan):
+                self._changed[id(node)] = self.inputs[node.table].changed
+            else:
+                self._changed[id(node)] = any(self.changed(child) for child in node.inputs)
+        return self._changed[id(node)]
+
+    def delta(self, node: Node) -> DataFrame | None:
+        """The node's consolidated-or-not change batch; None when nothing below it changed."""
+        if id(node) not in self._deltas:
+            rule = self.rule_for(node)
+            change = rule.delta(node, self) if self.changed(node) else None
+            if change is not None and rule.materialize_delta:
+                change = self.materialize(change)
+            self._deltas[id(node)] = change
+        return self._deltas[id(node)]
+
+    def snapshot(self, node: Node, side: str) -> DataFrame:
+        if not self.changed(node):
+            side = NEW  # old and new are the same; share one plan
+        key = (id(node), side)
+        if key not in self._snapshots:
+            self._snapshots[key] = self.rule_for(node).snapshot(node, self, side)
+        return self._snapshots[key]
+
+    def schema(self, node: Node) -> StructType:
+        return self.snapshot(node, NEW).schema
+
+    def memo(self, node: Node, what: str, compute: Callable[[], object]):
+        key = (id(node), what)
+        if key not in self.scratch:
+            self.scratch[key] = compute()
+        return self.scratch[key]
+
+    def state_name(self, node: Node) -> str:
+        return self.state_names[id(node)]
+
+    def build_states(self) -> None:
+        """Queue full state tables for every stateful node, computed at the epoch's end."""
+        for node in walk(self.plan):
+            rule = self.rule_for(node)
+            if rule.stateful(node):
+                rule.build_state(node, self)

@@ -1,0 +1,115 @@
+"""The cost model: whether an incremental step or a rescan is the cheaper way to apply an epoch,
+estimated from the table's own ledger (the seconds of its past steps of each kind and the change
+rows they processed) and the change rows this step read.
+
+The decision is taken after the step has read its change batches (`Context.read_changes`, shared
+by the epoch's steps and cheap): a change that consolidates away never asks, and the change rows
+that reach the plan are known rather than guessed from commit metrics. A rescan chosen here has
+the reason COST with both estimates. Strict tables never rescan for cost; `Engine(cost_model=False)`
+turns the model off.
+
+Estimates, each a median so that one step slowed by a busy machine does not decide:
+- incremental: the last INCREMENTAL_SEEN incremental steps that computed a change (a step whose
+  change consolidated away says nothing of the cost of one that does not), each scaled up by this
+  change's rows relative to its own (never down: fixed costs dominate small changes);
+- rescan: the last RESCAN_SEEN rescans for cost (they write the output only, epoch._weigh); before
+  the first, the last rescans of any kind, first run included, without the seconds they spent
+  building the state. A first run overstates a rescan for cost: it runs cold, beside every other
+  table's first run, and writes the whole table. Its seconds are divided by FIRST_RUN_OVERSTATES,
+  measured: a first run's output seconds against a later rescan's of the same table, one step at
+  a time (`python -m bench.rescan_costs 1 --queries 22 3 5 6 7`) and in the scale-1 bench
+  (bench/RESULTS.md, cost model). While no rescan for cost was measured,
+  a rescan the estimates favour is only tried: it keeps the state, in case it loses, and so costs
+  a state build besides (which is why it is tried only when the margin below holds, not sooner:
+  with tries at half the first run's seconds, most lost in that bench).
+A rescan is chosen when the incremental estimate exceeds the rescan's by MARGIN, so noise does not
+make a table flap between techniques. After EXPLORE_AFTER rescans for cost in a row, one step runs
+incrementally again, so the incremental estimate follows the table as it changes (a rescan for
+cost keeps no state, so that step first rebuilds it, and the step after it is the one measured).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass
+
+from ..reasons import COST, NOT_KEPT, STATE_MISSING
+
+INCREMENTAL_SEEN = 5
+RESCAN_SEEN = 3
+MARGIN = 1.25
+EXPLORE_AFTER = 4
+FIRST_RUN_OVERSTATES = 1.4
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Seconds each technique is expected to take for this step, and how many past steps each
+    estimate rests on."""
+
+    incremental: float
+    rescan: float
+    incremental_seen: int
+    rescan_seen: int
+    rows: int
+    rescan_measured: bool = True  # whether the rescan estimate rests on rescans for cost
+
+    @property
+    def favours_rescan(self) -> bool:
+        return self.incremental > MARGIN * self.rescan
+
+    @property
+    def tries_rescan(self) -> bool:
+        """A rescan is favoured but none for cost was measured yet: it is tried, keeping the state."""
+        return self.favours_rescan and not self.rescan_measured
+
+    def as_dict(self) -> dict:
+        return {name: round(value, 3) if isinstance(value, float) else value for name, value in asdict(self).items()}
+
+    def describe(self, choice: str = "rescanning") -> str:
+        if self.tries_rescan and choice == "rescanning":
+            choice = "no rescan for cost was measured yet, so one is tried"
+        return (f"an incremental step of {self.rows} change rows is estimated at {self.incremental:.1f} s "
+                f"(from {self.incremental_seen} past step(s)), a rescan at {self.rescan:.1f} s (from "
+                f"{self.rescan_seen} past rescan(s)); {choice}")
+
+
+def _computed(step) -> bool:
+    return step.technique == "incremental" and step.rows_read > 0 and "compute" in (step.detail or {}).get("phases", {})
+
+
+def _for_cost(step) -> bool:
+    """A rescan for cost, or the rescan that rebuilt the state they did not keep."""
+    return step.technique == "rescan" and (step.reason.startswith(COST) or
+                                           step.reason.startswith(f"{STATE_MISSING}: {NOT_KEPT}"))
+
+
+def estimate(history: list, rows: int) -> Estimate | None:
+    """The estimate for a step reading `rows` change rows, from `history` (the table's committed
+    steps, oldest first); None when the history holds no step of one of the kinds, or when the
+    last EXPLORE_AFTER steps that computed anything were all rescans for cost (this step explores)."""
+    working = [s for s in history if _computed(s) or s.technique == "rescan"]
+    recent = working[-EXPLORE_AFTER:]
+    if len(recent) == EXPLORE_AFTER and all(_for_cost(s) for s in recent):
+        return None
+    incremental = [s for s in working if _computed(s)][-INCREMENTAL_SEEN:]
+    for_cost = [s for s in working if s.technique == "rescan" and s.reason.startswith(COST)][-RESCAN_SEEN:]
+    rescans = for_cost or [s for s in working if s.technique == "rescan"][-RESCAN_SEEN:]
+    if not incremental or not rescans:
+        return None
+    scaled = [s.seconds * max(1.0, rows / s.rows_read) for s in incremental]
+    return Estimate(statistics.median(scaled), statistics.median(_rescan_seconds(s) for s in rescans),
+                    len(incremental), len(rescans), rows, bool(for_cost))
+
+
+def _rescan_seconds(step) -> float:
+    """What a rescan for cost is expected to take, judged by a past rescan: its output seconds,
+    a first run's divided by FIRST_RUN_OVERSTATES."""
+    seconds = _output_seconds(step)
+    return seconds / FIRST_RUN_OVERSTATES if step.reason == "FIRST_RUN" else seconds
+
+
+def _output_seconds(step) -> float:
+    """What a rescan for cost would take: a rescan's seconds without building the state (a rescan
+    for cost writes the output only)."""
+    return max(0.0, step.seconds - ((step.detail or {}).get("phases") or {}).get("write state", 0.0))

@@ -1,0 +1,188 @@
+"""Change-sized commits made on the driver through delta-rs, without a Spark job.
+
+A Spark MERGE of even one row is costly (it rebuilds the snapshot, materializes its source,
+scans and writes in a dozen jobs), and a Spark append pays a job and a snapshot too; delta-rs
+commits the same change without a job, an order of magnitude faster (`python -m
+bench.driver_threshold`; figures in bench/RESULTS.md). So a change that Spark computed and that is
+small enough to hold on the driver is collected as Arrow and committed here; larger ones stay with
+Spark (writes.py).
+
+Each commit keeps the guarantees of every engine write:
+- idempotent: the Delta `txn` of (app id, seq) is checked on the snapshot the commit is made
+  against and recorded by the commit, so a rerun skips a step already written, and delta-rs
+  refuses our commit when a concurrent one recorded the same app id meanwhile
+  (`CommitFailedError`, which the epoch protocol treats as a conflict);
+- tagged: the commit's userMetadata is the step's tag, as Spark's writes carry it;
+- an exact change data feed: only append and MERGE with matched delete, matched update of a
+  unique key and not-matched insert, whose feeds tests/test_driver_commits.py proves equal to
+  the bag difference of the versions around them (duplicates and NULLs included). Never delta-rs
+  UPDATE: on duplicate rows it records too few images.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import CommitProperties, DeltaTable, write_deltalake
+from deltalake.exceptions import TableNotFoundError
+from deltalake.transaction import Transaction
+
+from ..errors import StateInconsistent
+from ..graph import WEIGHT
+
+OP = "__op"
+
+
+def _properties(app_id: str, seq: int, tag: str) -> CommitProperties:
+    return CommitProperties(custom_metadata={"userMetadata": tag}, app_transactions=[Transaction(app_id, seq)])
+
+
+def open_unwritten(path: str, app_id: str, seq: int, storage_options=None) -> DeltaTable | None:
+    """The table to commit against, or None when (app id, seq) is already written (a rerun)."""
+    table = DeltaTable(path, storage_options=storage_options)
+    recorded = table.transaction_version(app_id)
+    return None if recorded is not None and recorded >= seq else table
+
+
+def _column(name: str, alias: str | None = None) -> str:
+    quoted = '"' + name.replace('"', '""') + '"'
+    return f"{alias}.{quoted}" if alias else quoted
+
+
+def aligned(rows: pa.Table, table: DeltaTable, extra: tuple[str, ...] = ()) -> pa.Table:
+    """`rows` cast to the table's own Arrow schema (Spark's Arrow types and nullability differ in
+    details delta-rs does not coerce), plus the `extra` columns as they are."""
+    target = pa.schema(table.schema().to_arrow())
+    columns = [rows.column(field.name).cast(field.type) for field in target]
+    fields = list(target)
+    for name in extra:
+        columns.append(rows.column(name))
+        fields.append(rows.schema.field(name))
+    return pa.Table.from_arrays(columns, schema=pa.schema(fields))
+
+
+def _same(columns, target: str = "t", source: str = "s") -> str:
+    return " AND ".join(f"({_column(c, target)} IS NOT DISTINCT FROM {_column(c, source)})" for c in columns) or "true"
+
+
+def _hashable(value):
+    """A value as Spark's null-safe equality compares it: NULL equals NULL (None == None in
+    Python already), NaN equals NaN (float NaNs never compare equal in Python); arrays, maps and
+    structs (lists, key-value lists and dicts in Python) by their elements."""
+    if isinstance(value, float) and math.isnan(value):
+        return "NaN"
+    if isinstance(value, (list, tuple)):
+        return tuple(map(_hashable, value))
+    if isinstance(value, dict):
+        return tuple((k, _hashable(v)) for k, v in value.items())
+    return value
+
+
+def _key_tuples(rows: pa.Table, key: list[str]) -> list[tuple]:
+    if not key:  # one group (an aggregate without GROUP BY): every row has the empty key
+        return [()] * rows.num_rows
+    return [tuple(map(_hashable, row)) for row in zip(*[rows.column(k).to_pylist() for k in key])]
+
+
+def keyed_rows(change: pa.Table, columns: list[str], key: list[str]) -> pa.Table:
+    """writes.keyed_source on the driver: `upsert` for each +row, `delete` for each -row whose key
+    has no +row."""
+    weight = change.column(WEIGHT)
+    plus, minus = change.filter(pc.greater(weight, 0)), change.filter(pc.less(weight, 0))
+    plus_keys = set(_key_tuples(plus, key))
+    alone = [row not in plus_keys for row in _key_tuples(minus, key)]
+    minus = minus.filter(pa.array(alone, pa.bool_()))
+    upserts = plus.select(columns).append_column(OP, pa.array(["upsert"] * plus.num_rows, pa.string()))
+    deletes = minus.select(columns).append_column(OP, pa.array(["delete"] * minus.num_rows, pa.string()))
+    return pa.concat_tables([upserts, deletes])
+
+
+def copies_of(base: pa.Table, wanted: pa.Table, columns: list[str]) -> dict[tuple, int]:
+    """How many copies `base` holds of each row of `wanted` (rows as _key_tuples over `columns`)."""
+    counts = dict.fromkeys(_key_tuples(wanted, columns), 0)
+    if base.num_rows:
+        aligned = pa.table({c: base.column(c).cast(wanted.schema.field(c).type) for c in columns})
+        for row in _key_tuples(aligned, columns):
+            if row in counts:
+                counts[row] += 1
+    return counts
+
+
+def copies_counted(counts: pa.Table, columns: list[str], count: str) -> dict[tuple, int]:
+    """copies_of from rows already counted (by Spark), the count in column `count`."""
+    return dict(zip(_key_tuples(counts, columns), counts.column(count).to_pylist()))
+
+
+def multiset_rows(change: pa.Table, columns: list[str], copies: dict[tuple, int]) -> pa.Table:
+    """writes.multiset_source on the driver: one `delete` row per row whose multiplicity drops
+    (matching all its copies) and `insert` rows for the copies that remain, one `insert` row per
+    copy of a +row. `copies`: the table's copies of each row the change deletes (copies_of)."""
+    weight = change.column(WEIGHT)
+    plus, minus = change.filter(pc.greater(weight, 0)), change.filter(pc.less(weight, 0))
+    remaining = [copies.get(row, 0) + w for row, w in zip(_key_tuples(minus, columns), minus.column(WEIGHT).to_pylist())]
+    if any(m < 0 for m in remaining):
+        raise StateInconsistent("the change deletes more copies of a row than the table holds")
+    times = plus.column(WEIGHT).to_pylist() + remaining
+    both = pa.concat_tables([plus.select(columns), minus.select(columns)])
+    inserts = both.take(pa.array([i for i, n in enumerate(times) for _ in range(n)], pa.int64()))
+    return pa.concat_tables([
+        minus.select(columns).append_column(OP, pa.array(["delete"] * minus.num_rows, pa.string())),
+        inserts.append_column(OP, pa.array(["insert"] * inserts.num_rows, pa.string())),
+    ])
+
+
+def merge_keyed(table: DeltaTable, rows: pa.Table, columns: list[str], key: list[str], app_id: str, seq: int,
+                tag: str) -> None:
+    """MERGE rows marked `upsert` (update the key's row or insert it) and `delete` (remove the
+    key's row); at most one row per key, as apply_keyed's source."""
+    values = {_column(c): _column(c, "s") for c in columns}
+    (
+        table.merge(aligned(rows, table, (OP,)), _same(key), source_alias="s", target_alias="t",
+                    streamed_exec=False, commit_properties=_properties(app_id, seq, tag))
+        .when_matched_delete(predicate=f"s.{OP} = 'delete'")
+        .when_matched_update(updates=values)
+        .when_not_matched_insert(updates=values, predicate=f"s.{OP} = 'upsert'")
+        .execute()
+    )
+
+
+def merge_multiset(table: DeltaTable, rows: pa.Table, columns: list[str], app_id: str, seq: int, tag: str) -> None:
+    """MERGE a multiset change: a `delete` row removes every copy of the row it equals, `insert`
+    rows never match and are added (one row per copy), as apply_multiset's source."""
+    values = {_column(c): _column(c, "s") for c in columns}
+    (
+        table.merge(aligned(rows, table, (OP,)), _same(columns) + f" AND s.{OP} = 'delete'", source_alias="s",
+                    target_alias="t", streamed_exec=False, commit_properties=_properties(app_id, seq, tag))
+        .when_matched_delete()
+        .when_not_matched_insert(updates=values, predicate=f"s.{OP} = 'insert'")
+        .execute()
+    )
+
+
+def append(table: DeltaTable, rows: pa.Table, app_id: str, seq: int, tag: str, storage_options=None) -> None:
+    write_deltalake(table, aligned(rows, table), mode="append", storage_options=storage_options,
+                    commit_properties=_properties(app_id, seq, tag))
+
+
+def replace(path: str, rows: pa.Table, app_id: str, seq: int, tag: str, storage_options=None,
+            change_data_feed: bool = False) -> bool:
+    """Write `rows` as the table's whole contents, as Spark's overwrite with overwriteSchema does:
+    create the table (with the change data feed on when asked) or overwrite its rows and schema,
+    every column nullable as Delta makes them. False when (app id, seq) is already written."""
+    try:
+        existing = DeltaTable(path, storage_options=storage_options)
+    except TableNotFoundError:
+        existing = None
+    if existing is not None:
+        recorded = existing.transaction_version(app_id)
+        if recorded is not None and recorded >= seq:
+            return False
+    schema = pa.schema([field.with_nullable(True) for field in rows.schema])
+    data = pa.Table.from_arrays([rows.column(i) for i in range(rows.num_columns)], schema=schema)
+    configuration = {"delta.enableChangeDataFeed": "true"} if change_data_feed and existing is None else None
+    write_deltalake(existing if existing is not None else path, data, mode="overwrite",
+                    schema_mode="overwrite" if existing is not None else None, configuration=configuration,
+                    storage_options=storage_options, commit_properties=_properties(app_id, seq, tag))
+    return True
