@@ -50,7 +50,7 @@ from .sessions import engine_confs, session_confs
 from .storage.access import check_warehouse
 from .storage.clock import clock_named
 from .storage.deltalog import DeltaLog
-from .storage.ledger import Ledger, Step
+from .storage.ledger import RESCAN, Ledger, Step
 from .storage.reclock import Epoch, Remap, Source
 from .storage.warehouse import Warehouse, check_name
 
@@ -372,7 +372,7 @@ class Engine:
             return wanted
         for report in reports:
             plan = self.table(report.table).compiled.plan
-            if report.technique != protocol.RESCAN or plan is None:
+            if report.technique != RESCAN or plan is None:
                 continue
             for name, field in keyed_partners(plan):
                 version = report.frontier.get(name, -1)

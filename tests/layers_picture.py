@@ -28,13 +28,14 @@ REFRESH = [
     ("engine", "protocol.epoch", "per table, in dependency order: one step"),
     ("protocol.epoch", "protocol.rescan", "decide: noop, incremental, or rescan with a reason"),
     ("protocol.epoch", "storage.ledger", "record the step as started"),
-    ("protocol.epoch", "protocol.context", "evaluate the plan node by node"),
+    ("protocol.epoch", "protocol.change", "compute the output's change"),
+    ("protocol.change", "protocol.context", "the plan's change, node by node"),
     ("protocol.context", "rules", "each node by its delta rule"),
     ("rules", "driver", "in Arrow where the rows are held on the driver"),
     ("rules", "keyed.state", "read and queue the operator's state"),
     ("protocol.epoch", "protocol.cost", "or rescan, where the cost model says it is cheaper"),
-    ("protocol.epoch", "protocol.writes", "write the change and the state appends"),
-    ("protocol.writes", "storage.commits", "change-sized commits by delta-rs"),
+    ("protocol.epoch", "protocol.output", "count, check, write the change and the state appends"),
+    ("protocol.output", "storage.commits", "change-sized commits by delta-rs"),
     ("protocol.epoch", "storage.ledger", "record the step as committed"),
 ]
 

@@ -207,6 +207,6 @@ RESCANNED = {name: DEFINITIONS[name] for name in ("filtered", "by_group", "total
 @given(epochs=epoch_lists(min_size=2, max_size=2))
 def test_rescans_write_exactly_the_difference(spark, warehouse, epochs):
     """A rescan of a table that exists writes its diff against the table (on the driver for these
-    small tables, epoch._diff_on_driver): duplicates, NULLs, doubles and decimals included, the
+    small tables, change._diff_on_driver): duplicates, NULLs, doubles and decimals included, the
     table equals its recompute and every version's change feed is the bag difference."""
     run_epochs(spark, warehouse, RESCANNED, epochs, rescans=True)

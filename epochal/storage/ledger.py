@@ -42,6 +42,7 @@ LEDGER_SCHEMA = pa.schema(
 )
 
 STARTED, COMMITTED, ABANDONED = "started", "committed", "abandoned"
+NOOP, INCREMENTAL, RESCAN = "noop", "incremental", "rescan"  # a step's technique
 
 
 @dataclass

@@ -1,0 +1,133 @@
+"""A step's output change (docs/architecture.md, section 3, step 4): for an incremental step, the
+plan's delta evaluated over the step's context and cast to the table's columns; for a rescan, the
+SQL in full diffed with the table's current contents (on the driver when both are small), or the
+full result itself where there is nothing to diff against."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import LongType
+
+from ..arrow_rows import lazy_frame, spark_typed
+from ..changes import consolidate, consolidate_rows, quoted, rows_up_to
+from ..errors import StateInconsistent
+from ..graph import WEIGHT, walk
+from ..rules.base import analysed_schema
+from ..storage.deltalog import DeltaLog
+from .context import Context
+from .writes import DRIVER_WRITE_TYPES, arrow_as
+
+
+def consolidated(ctx: Context, rows: DataFrame) -> DataFrame:
+    """`rows` consolidated: by Spark, persisted, where they are Spark's; where they are held on
+    the driver (consolidated there when collected), a frame Spark plans only if a write needs it."""
+    if ctx.computed_rows(rows) is None:
+        return consolidate(rows)
+    schema = analysed_schema(ctx, ("consolidate",), consolidate, rows.schema)
+    return lazy_frame(ctx.spark, lambda: consolidate(rows).persist(), schema)
+
+
+def made(frame: DataFrame | None) -> bool:
+    """Whether `frame` is a Spark plan (not None, nor a frame not yet handed to Spark)."""
+    return frame is not None and getattr(frame, "created", True)
+
+
+def incremental_rows(table, ctx: Context) -> DataFrame:
+    """The output's change rows, with the table's columns and types and WEIGHT, not yet
+    consolidated (on the driver, when collected, or by `consolidate`)."""
+    plan = table.compiled.plan
+    root = ctx.delta(plan)
+    _require_state_writes(ctx)
+
+    def output_of(frame: DataFrame) -> DataFrame:
+        return frame.select(*[F.col(quoted(internal)).cast(field.dataType).alias(field.name)
+                              for internal, field in zip(plan.columns, table.schema.fields)], F.col(WEIGHT))
+
+    held = ctx.computed_rows(root)
+    types = {f.name: f.dataType for f in root.schema.fields} if held is not None else {}
+    if held is not None and all(types.get(internal) == field.dataType
+                                for internal, field in zip(plan.columns, table.schema.fields)):
+        # computed on the driver already, in the table's types: the same rows, without a Spark plan
+        schema = analysed_schema(ctx, ("output", tuple(plan.columns), table.schema.json()), output_of, root.schema)
+        typed = spark_typed(held.select([*plan.columns, WEIGHT]).rename_columns(schema.names), schema)
+        if typed is not None:
+            return ctx.on_driver(lazy_frame(ctx.spark, lambda: output_of(root), schema), typed, exact=True)
+    return output_of(root)
+
+
+def _require_state_writes(ctx: Context) -> None:
+    """Every stateful operator whose input changed must have queued its state write; one that
+    did not would leave its state an epoch behind and the next epoch wrong. Refuse the step (it
+    is rescanned, with the operator named) rather than commit it."""
+    queued = {write.name for write in ctx.state.writes}
+    for node in walk(ctx.plan):
+        if ctx.rule_for(node).stateful(node) and ctx.changed(node) and ctx.state_name(node) not in queued:
+            raise StateInconsistent(
+                f"{type(node).__name__} ({ctx.state_name(node)}) changed but queued no state write "
+                "(an engine defect: please report it with `engine.explain`)")
+
+
+def rescan_change(engine, table, inputs, ctx: Context | None, keep_state: bool = True):
+    """Recompute in full and diff against the table's current contents (whatever they are, so a
+    rescan also repairs a table a crashed or abandoned step left half-written). Returns (change,
+    base, full, diff). A table that does not exist yet, whose schema changes or that holds a MAP
+    column gets `full` instead of a change: the whole result is written once, with nothing to diff
+    against (Spark cannot group maps). A diff
+    of a small result against a small table is computed on the driver (`diff`, change None)."""
+    spark = engine.spark
+    columns = [f.name for f in table.schema.fields]
+    full = engine.output_frame(table, inputs, "after").select(*[F.col(quoted(c)) for c in columns])
+    if ctx is not None and keep_state:
+        ctx.build_states()
+    log = DeltaLog.open(table.path, engine.storage_options)
+    current = spark.read.format("delta").load(table.path) if log is not None else None
+    if current is None or [(f.name, f.dataType) for f in current.schema.fields] != [
+            (f.name, f.dataType) for f in table.schema.fields] or \
+            any("map<" in f.dataType.simpleString() for f in table.schema.fields):  # a MAP: nothing to diff by
+        return None, None, full, None
+    diff = _diff_on_driver(engine, table, full, log.version)
+    if diff is not None:
+        return None, None, None, diff
+    plus = full.withColumn(WEIGHT, F.lit(1).cast(LongType()))
+    minus = current.select(*[F.col(quoted(c)) for c in columns], F.lit(-1).cast(LongType()).alias(WEIGHT))
+    return consolidate(plus.unionByName(minus)), current, None, None
+
+
+@dataclass
+class Diff:
+    """A rescan's change (columns and WEIGHT) and the table's current rows, both as Arrow in the
+    table's Spark types."""
+
+    change: pa.Table
+    current: pa.Table
+
+
+def _diff_on_driver(engine, table, full: DataFrame, version: int) -> Diff | None:
+    """The rescan's diff on the driver: the full result collected (one job, the recompute itself)
+    and the table's `version` read by delta-rs, consolidated with weights +1 and -1. Spark's
+    diff shuffles both and its multiset MERGE counts copies in the table again, jobs whose fixed
+    costs dwarf a result of a few rows. None (Spark diffs) when the result, the table or the change
+    has more than `engine.driver_rows` rows, or a type is Spark's to write or to group."""
+    reads = getattr(engine, "reads", None)
+    limit = engine.driver_rows
+    if reads is None or limit <= 0 or not all(type(f.dataType) in DRIVER_WRITE_TYPES for f in table.schema.fields):
+        return None
+    current = reads.snapshot_rows(table.path, version)
+    if current is None:
+        return None
+    computed = rows_up_to(full, limit)
+    if computed is None:
+        return None
+    new = arrow_as(computed, table.schema)
+    old = arrow_as(current.select(table.schema.names), table.schema)
+    weights = [pa.array([1] * new.num_rows, pa.int64()), pa.array([-1] * old.num_rows, pa.int64())]
+    change = consolidate_rows(pa.concat_tables([new.append_column(WEIGHT, weights[0]),
+                                                old.append_column(WEIGHT, weights[1])]))
+    if change is None or (pc.sum(pc.abs(change.column(WEIGHT))).as_py() or 0) > limit:
+        return None
+    return Diff(change, old)
