@@ -44,7 +44,7 @@ from .planning.optimize.restrict_cogenerators import keyed_partners
 from .planning.plan import TableInfo
 from .protocol import epoch as protocol
 from .protocol.epoch import Report
-from .protocol.rescan import Triggers
+from .protocol.environment import Environment, Triggers
 from .protocol.writes import DRIVER_WRITE_TYPES
 from .sessions import engine_confs, session_confs
 from .storage.access import check_warehouse
@@ -65,22 +65,6 @@ def _is_connect(spark) -> bool:
     SQL and the DataFrame API, which a Connect server with Delta's SQL extension runs; its steps
     run one after another there (a Connect client has no child sessions)."""
     return type(spark).__module__.startswith("pyspark.sql.connect")
-
-
-class _SessionView:
-    """The engine as one table step sees it: everything shared, except the Spark session, plus
-    the reads shared by the steps of the refresh it belongs to."""
-
-    def __init__(self, engine: "Engine", spark: SparkSession, reads: SharedReads | None = None):
-        self._engine = engine
-        self.spark = spark
-        self.reads = reads
-
-    def __getattr__(self, name: str):
-        return getattr(self._engine, name)
-
-    def output_frame(self, table: "Table", inputs: dict[str, InputRange], side: str) -> DataFrame:
-        return output_frame(self.spark, table, inputs, side, self.reads)
 
 
 def output_frame(spark: SparkSession, table: "Table", inputs: dict[str, InputRange], side: str,
@@ -426,9 +410,9 @@ class Engine:
     def _run_steps(self, names: list[str], epoch: Epoch, full_refresh: bool, reads: SharedReads) -> list[Report]:
         confs = engine_confs(self.spark)
         if self.parallelism <= 1 or len(names) == 1 or _is_connect(self.spark):
-            view = _SessionView(self, self.spark, reads)
+            env = self._environment(self.spark, reads)
             with session_confs(self.spark, confs):
-                return [protocol.run(view, self.table(name), epoch, full_refresh=full_refresh) for name in names]
+                return [protocol.run(env, self.table(name), epoch, full_refresh=full_refresh) for name in names]
         reports: dict[str, Report] = {}
         pending, running, errors = list(names), {}, []
         caller_settings = settings.current(self.spark)
@@ -442,8 +426,8 @@ class Engine:
                     settings.apply(caller_settings, session)
                     for key, value in confs.items():
                         session.conf.set(key, value)
-                    view = _SessionView(self, session, reads)
-                    running[pool.submit(protocol.run, view, self.table(name), epoch, full_refresh=full_refresh)] = name
+                    env = self._environment(session, reads)
+                    running[pool.submit(protocol.run, env, self.table(name), epoch, full_refresh=full_refresh)] = name
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
                 for future in done:
                     name = running.pop(future)
@@ -454,6 +438,17 @@ class Engine:
         if errors:
             raise errors[0]
         return [reports[name] for name in names]
+
+    def _environment(self, spark: SparkSession, reads: SharedReads | None) -> Environment:
+        """What one table's step sees of the engine: `spark`, its own session, and `reads`, shared
+        by the steps of its refresh."""
+        return Environment(
+            spark=spark, reads=reads, storage_options=self.storage_options, driver_rows=self.driver_rows,
+            broadcast_rows=self.broadcast_rows, cost_model=self.cost_model, run_id=self.run_id,
+            arrangements=self.arrangements, triggers=self.triggers, invalidation=self.invalidation,
+            remap=self.remap, sources=self.sources, table=self.table, schema_of=self.schema_of,
+            path_of=self.path_of,
+            output_frame=lambda table, inputs, side: output_frame(spark, table, inputs, side, reads))
 
     def output_frame(self, table: Table, inputs: dict[str, InputRange], side: str) -> DataFrame:
         """The table's SQL run in full over its inputs at the given side's versions."""

@@ -20,6 +20,7 @@ from ..graph import WEIGHT, walk
 from ..rules.base import analysed_schema
 from ..storage.deltalog import DeltaLog
 from .context import Context
+from .environment import Environment
 from .writes import DRIVER_WRITE_TYPES, arrow_as
 
 
@@ -72,25 +73,25 @@ def _require_state_writes(ctx: Context) -> None:
                 "(an engine defect: please report it with `engine.explain`)")
 
 
-def rescan_change(engine, table, inputs, ctx: Context | None, keep_state: bool = True):
+def rescan_change(env: Environment, table, inputs, ctx: Context | None, keep_state: bool = True):
     """Recompute in full and diff against the table's current contents (whatever they are, so a
     rescan also repairs a table a crashed or abandoned step left half-written). Returns (change,
     base, full, diff). A table that does not exist yet, whose schema changes or that holds a MAP
     column gets `full` instead of a change: the whole result is written once, with nothing to diff
     against (Spark cannot group maps). A diff
     of a small result against a small table is computed on the driver (`diff`, change None)."""
-    spark = engine.spark
+    spark = env.spark
     columns = [f.name for f in table.schema.fields]
-    full = engine.output_frame(table, inputs, "after").select(*[F.col(quoted(c)) for c in columns])
+    full = env.output_frame(table, inputs, "after").select(*[F.col(quoted(c)) for c in columns])
     if ctx is not None and keep_state:
         ctx.build_states()
-    log = DeltaLog.open(table.path, engine.storage_options)
+    log = DeltaLog.open(table.path, env.storage_options)
     current = spark.read.format("delta").load(table.path) if log is not None else None
     if current is None or [(f.name, f.dataType) for f in current.schema.fields] != [
             (f.name, f.dataType) for f in table.schema.fields] or \
             any("map<" in f.dataType.simpleString() for f in table.schema.fields):  # a MAP: nothing to diff by
         return None, None, full, None
-    diff = _diff_on_driver(engine, table, full, log.version)
+    diff = _diff_on_driver(env, table, full, log.version)
     if diff is not None:
         return None, None, None, diff
     plus = full.withColumn(WEIGHT, F.lit(1).cast(LongType()))
@@ -107,14 +108,14 @@ class Diff:
     current: pa.Table
 
 
-def _diff_on_driver(engine, table, full: DataFrame, version: int) -> Diff | None:
+def _diff_on_driver(env: Environment, table, full: DataFrame, version: int) -> Diff | None:
     """The rescan's diff on the driver: the full result collected (one job, the recompute itself)
     and the table's `version` read by delta-rs, consolidated with weights +1 and -1. Spark's
     diff shuffles both and its multiset MERGE counts copies in the table again, jobs whose fixed
     costs dwarf a result of a few rows. None (Spark diffs) when the result, the table or the change
-    has more than `engine.driver_rows` rows, or a type is Spark's to write or to group."""
-    reads = getattr(engine, "reads", None)
-    limit = engine.driver_rows
+    has more than `env.driver_rows` rows, or a type is Spark's to write or to group."""
+    reads = env.reads
+    limit = env.driver_rows
     if reads is None or limit <= 0 or not all(type(f.dataType) in DRIVER_WRITE_TYPES for f in table.schema.fields):
         return None
     current = reads.snapshot_rows(table.path, version)

@@ -40,6 +40,7 @@ from ..storage.reclock import Epoch
 from . import cost, rescan
 from .change import consolidated, incremental_rows, made, rescan_change
 from .context import Context
+from .environment import Environment
 from .output import (
     Collected,
     collect_small,
@@ -99,18 +100,18 @@ def _report(table, step: Step, seconds: float, note: str | None = None) -> Repor
     )
 
 
-def input_ranges(engine, table, last: Step | None, epoch: Epoch) -> dict[str, InputRange]:
+def input_ranges(env: Environment, table, last: Step | None, epoch: Epoch) -> dict[str, InputRange]:
     ranges = {}
     for name in table.compiled.inputs:
         before = last.inputs[name]["to"] if last is not None and name in last.inputs else -1
-        if name in engine.sources:
-            source = engine.sources[name]
+        if name in env.sources:
+            source = env.sources[name]
             if name not in epoch.frontiers:
                 raise EpochError(f"epoch {epoch.key} has no frontier for source {name!r} (internal error)")
             after = epoch.frontiers[name] - 1
             path, kind = source.path, "source"
         else:
-            upstream = engine.table(name)
+            upstream = env.table(name)
             applied = upstream.ledger.at_epoch(epoch.key)
             if applied is None:
                 raise EpochError(
@@ -120,33 +121,33 @@ def input_ranges(engine, table, last: Step | None, epoch: Epoch) -> dict[str, In
                 )
             after = applied.output_version
             path, kind = upstream.path, "derived"
-        ranges[name] = InputRange(name, path, kind, before, max(after, before), engine.schema_of(name))
+        ranges[name] = InputRange(name, path, kind, before, max(after, before), env.schema_of(name))
     return ranges
 
 
 def _decide(table, last: Step | None, inputs: dict[str, InputRange], full_refresh: bool,
-            engine=None, now: dict | None = None) -> tuple[str, str]:
+            env: Environment | None = None, now: dict | None = None) -> tuple[str, str]:
     if last is None:
         return RESCAN, "FIRST_RUN"
     if last.fingerprint != table.compiled.fingerprint:
         return RESCAN, "QUERY_CHANGED"
     if full_refresh:
         return RESCAN, "REQUESTED"
-    if engine is not None:
-        changed = settings.difference((last.detail or {}).get("settings"), now or settings.current(engine.spark))
+    if env is not None:
+        changed = settings.difference((last.detail or {}).get("settings"), now or settings.current(env.spark))
         if changed is not None:
             return RESCAN, f"{settings.SETTINGS_CHANGED}: {changed}"
     if not any(r.changed for r in inputs.values()):
         return NOOP, ""
     if table.compiled.plan is None:
         return RESCAN, f"NOT_INCREMENTAL: {table.compiled.blocker}"
-    trigger = rescan.detect(engine, table, last, inputs) if engine is not None else None
+    trigger = rescan.detect(env, table, last, inputs) if env is not None else None
     if trigger is not None:  # CDF_UNAVAILABLE, SOURCE_REWRITTEN, STATE_MISSING or COST
         return RESCAN, trigger.reason
     return INCREMENTAL, ""
 
 
-def run(engine, table, epoch: Epoch, *, full_refresh: bool = False) -> Report:
+def run(env: Environment, table, epoch: Epoch, *, full_refresh: bool = False) -> Report:
     """Bring `table` to `epoch`, finishing an interrupted step first."""
     began = time.monotonic()
     ledger = table.ledger
@@ -163,18 +164,18 @@ def run(engine, table, epoch: Epoch, *, full_refresh: bool = False) -> Report:
     if pending is not None:
         resumable = pending.fingerprint == table.compiled.fingerprint and not full_refresh
         if resumable and pending.epoch == epoch.key:
-            return _execute(engine, table, epoch, pending, began)
+            return _execute(env, table, epoch, pending, began)
         if resumable and pending.epoch_end < epoch.end:
-            earlier = engine.remap.get(pending.epoch)
-            _execute(engine, table, earlier, pending, time.monotonic())
-            return run(engine, table, epoch, full_refresh=full_refresh)
+            earlier = env.remap.get(pending.epoch)
+            _execute(env, table, earlier, pending, time.monotonic())
+            return run(env, table, epoch, full_refresh=full_refresh)
         _abandon(table, pending, "superseded: the definition changed or a full refresh was requested")
         steps = ledger.steps()
         last = ledger.last_committed(steps)
 
-    inputs = input_ranges(engine, table, last, epoch)
-    now = settings.current(engine.spark)  # decides the step and is recorded with it
-    technique, reason = _decide(table, last, inputs, full_refresh, engine, now)
+    inputs = input_ranges(env, table, last, epoch)
+    now = settings.current(env.spark)  # decides the step and is recorded with it
+    technique, reason = _decide(table, last, inputs, full_refresh, env, now)
     if technique == RESCAN and table.strict and reason != "FIRST_RUN":
         raise _strict_refusal(table, reason, epoch)
     step = Step(
@@ -188,7 +189,7 @@ def run(engine, table, epoch: Epoch, *, full_refresh: bool = False) -> Report:
         inputs={name: {"from": r.before, "to": r.after} for name, r in inputs.items()},
         output_version=last.output_version if last else -1,
         state_versions=dict(last.state_versions) if last else {},
-        run_id=engine.run_id,
+        run_id=env.run_id,
         detail={"plan": rescan.plan_signature(table.compiled.plan), "settings": now,
                 **({"state": reasons.STATE_NOT_KEPT} if technique != RESCAN and last is not None and not _keeps_state(last)
                    else {})},
@@ -209,7 +210,7 @@ def run(engine, table, epoch: Epoch, *, full_refresh: bool = False) -> Report:
                 "try again when it has finished"
             )
         step = stored
-    return _execute(engine, table, epoch, step, began)
+    return _execute(env, table, epoch, step, began)
 
 
 def _strict_refusal(table, reason: str, epoch: Epoch, done: str = "") -> StrictModeError:
@@ -227,15 +228,15 @@ def _abandon(table, step: Step, why: str) -> None:
     )
 
 
-def _ranges_of(engine, table, step: Step) -> dict[str, InputRange]:
+def _ranges_of(env: Environment, table, step: Step) -> dict[str, InputRange]:
     return {
         name: InputRange(
             name,
-            engine.path_of(name),
-            "source" if name in engine.sources else "derived",
+            env.path_of(name),
+            "source" if name in env.sources else "derived",
             versions["from"],
             versions["to"],
-            engine.schema_of(name),
+            env.schema_of(name),
         )
         for name, versions in step.inputs.items()
     }
@@ -253,11 +254,11 @@ def _committed(table, step: Step) -> Step | None:
     return next((s for s in reversed(table.ledger.committed()) if s.seq == step.seq), None)
 
 
-def _execute(engine, table, epoch: Epoch, step: Step, began: float) -> Report:
+def _execute(env: Environment, table, epoch: Epoch, step: Step, began: float) -> Report:
     conflicts = _conflicts()
     for attempt in range(CONCURRENT_RETRIES + 1):
         try:
-            return _compute_and_write(engine, table, epoch, step, began)
+            return _compute_and_write(env, table, epoch, step, began)
         except (StateInconsistent, StateMissing, reasons.Unreadable, reasons.Costly, reasons.NotExact) as problem:
             done = _committed(table, step)
             if done is not None:  # a concurrent run finished the step (and moved the state on)
@@ -305,30 +306,30 @@ class Phases:
         self._last = now
 
 
-def _compute_and_write(engine, table, epoch: Epoch, step: Step, began: float) -> Report:
+def _compute_and_write(env: Environment, table, epoch: Epoch, step: Step, began: float) -> Report:
     done = _committed(table, step)
     if done is not None:  # a concurrent run finished this step meanwhile: nothing left to do
         return _report(table, done, time.monotonic() - began, note="applied by a concurrent run")
     meter = Meter()
-    with metered(engine.spark, meter):
-        return _compute_and_write_metered(engine, table, step, began, meter)
+    with metered(env.spark, meter):
+        return _compute_and_write_metered(env, table, step, began, meter)
 
 
-def _compute_and_write_metered(engine, table, step: Step, began: float, meter: Meter) -> Report:
-    spark = engine.spark
+def _compute_and_write_metered(env: Environment, table, step: Step, began: float, meter: Meter) -> Report:
+    spark = env.spark
     phases = Phases(began)
     phases.mark("start")
-    inputs = _ranges_of(engine, table, step)
+    inputs = _ranges_of(env, table, step)
     # the state and output this step starts from are the previous step's, also when a concurrent
     # run commits this step while it runs
     history = [s for s in table.ledger.committed() if s.seq < step.seq]
     last = max(history, key=lambda s: s.seq, default=None)
-    reads = getattr(engine, "reads", None)
-    state = StateStore(spark, table.state_root, dict(last.state_versions) if last else {}, engine.storage_options,
+    reads = env.reads
+    state = StateStore(spark, table.state_root, dict(last.state_versions) if last else {}, env.storage_options,
                        reads)
     plan = table.compiled.plan
     ctx = Context(spark, plan, inputs, state, rescan=step.technique == RESCAN,
-                  broadcast_rows=engine.broadcast_rows, meter=meter,
+                  broadcast_rows=env.broadcast_rows, meter=meter,
                   reads=reads) if plan is not None else None
     change = rows = None
     try:
@@ -337,8 +338,8 @@ def _compute_and_write_metered(engine, table, step: Step, began: float, meter: M
             phases.mark("read changes")
             faults.point("after_read_changes", table.name)
             if not ctx.changed(plan):  # every change consolidated away: nothing to write
-                return _commit(table, step, engine, phases, began, meter, rows_read=rows_read)
-            _weigh(engine, table, step, history, rows_read)
+                return _commit(table, step, env, phases, began, meter, rows_read=rows_read)
+            _weigh(env, table, step, history, rows_read)
             # the epoch-start snapshots the delta rules read (planned here, read below) are Delta's to refuse, too
             refused = partial(reasons.refusals, f"the inputs of {table.name!r} as of this epoch's start")
             with refused():
@@ -348,13 +349,13 @@ def _compute_and_write_metered(engine, table, step: Step, began: float, meter: M
         else:
             rows_read = 0
             refused = nullcontext
-            change, base, full, diff = rescan_change(engine, table, inputs, ctx, keep_state=_keeps_state(step))
+            change, base, full, diff = rescan_change(env, table, inputs, ctx, keep_state=_keeps_state(step))
         with refused():
             change = change.persist() if made(change) else change
             if diff is not None:
                 collected = Collected(diff.change, {})
             else:
-                collected = collect_small(change, state, engine.driver_rows, rows,
+                collected = collect_small(change, state, env.driver_rows, rows,
                                            ctx.computed_rows(rows) if ctx is not None and rows is not None else None)
             if collected is not None:
                 inserted, deleted, writes = figures_on_driver(collected, state)
@@ -362,23 +363,23 @@ def _compute_and_write_metered(engine, table, step: Step, began: float, meter: M
                 inserted, deleted, writes = figures_and_checks(change, state)
         phases.mark("compute")
         if full is not None:
-            output_version, inserted, deleted, on_driver = replace_output(engine, table, step, full)
+            output_version, inserted, deleted, on_driver = replace_output(env, table, step, full)
             meter.commits += 1
             meter.driver_commits += on_driver
         else:
-            output_version = write_output(engine, table, step, change, base, inserted, deleted, meter,
+            output_version = write_output(env, table, step, change, base, inserted, deleted, meter,
                                            collected.change if collected is not None else None,
                                            diff.current if diff is not None else None)
         phases.mark("write output")
         faults.point("after_output_merge", table.name)
-        state_versions = write_states(engine, table, step, state, writes, meter)
+        state_versions = write_states(env, table, step, state, writes, meter)
         phases.mark("write state")
     finally:
         if made(change):
             change.unpersist()
         if ctx is not None:
             ctx.unpersist()
-    return _commit(table, step, engine, phases, began, meter, rows_read=rows_read, inserted=inserted,
+    return _commit(table, step, env, phases, began, meter, rows_read=rows_read, inserted=inserted,
                    deleted=deleted, output_version=output_version, state_versions=state_versions)
 
 
@@ -386,7 +387,7 @@ def _keeps_state(step: Step) -> bool:
     return (step.detail or {}).get("state") != reasons.STATE_NOT_KEPT
 
 
-def _weigh(engine, table, step: Step, history: list[Step], rows_read: int) -> None:
+def _weigh(env: Environment, table, step: Step, history: list[Step], rows_read: int) -> None:
     """Ask the cost model (cost.py) about this incremental step, now that its change rows are
     known: its estimate goes into the step's detail, and a rescan it expects to be cheaper is
     raised as `reasons.Costly` (never for a strict table, nor when the engine's model is off).
@@ -399,7 +400,7 @@ def _weigh(engine, table, step: Step, history: list[Step], rows_read: int) -> No
     goes back to incremental steps without a rebuild."""
     kept = _keeps_state(step)
     estimate = cost.estimate(history, rows_read) \
-        if getattr(engine, "cost_model", False) and not table.strict else None  # the steps come in seq order
+        if env.cost_model and not table.strict else None  # the steps come in seq order
     if estimate is not None:
         step.detail["estimate"] = estimate.as_dict()
         if estimate.favours_rescan:
@@ -410,12 +411,12 @@ def _weigh(engine, table, step: Step, history: list[Step], rows_read: int) -> No
                            + (f" ({estimate.describe(choice='staying incremental')})" if estimate is not None else ""))
 
 
-def _commit(table, step: Step, engine, phases: Phases, began: float, meter: Meter | None = None, *, rows_read: int = 0, inserted: int = 0,
+def _commit(table, step: Step, env: Environment, phases: Phases, began: float, meter: Meter | None = None, *, rows_read: int = 0, inserted: int = 0,
             deleted: int = 0, output_version: int | None = None, state_versions: dict | None = None) -> Report:
     state_versions = dict(step.state_versions) if state_versions is None else state_versions
     if meter is not None:
-        meter.count_jobs(engine.spark)
-    state_rows = sum(row_count(f"{table.state_root}/{name}", version, engine.storage_options)
+        meter.count_jobs(env.spark)
+    state_rows = sum(row_count(f"{table.state_root}/{name}", version, env.storage_options)
                      for name, version in state_versions.items())
     phases.mark("figures")  # the step's Spark jobs counted, its state's rows read
     committed = Step(**{
@@ -431,7 +432,7 @@ def _commit(table, step: Step, engine, phases: Phases, began: float, meter: Mete
         "detail": {**step.detail, "phases": phases.seconds,
                    **({"cost": meter.as_dict()} if meter is not None else {})},
         "written_at": None,
-        "run_id": engine.run_id,
+        "run_id": env.run_id,
     })
     faults.point("before_commit", table.name)
     _, stored = table.ledger.record(committed)

@@ -27,6 +27,7 @@ from ..storage import commits as driver_commits
 from ..storage.commits import OP
 from ..storage.deltalog import DeltaLog, TableFiles
 from ..storage.ledger import INCREMENTAL, RESCAN, Step
+from .environment import Environment
 from .writes import (
     apply_keyed,
     apply_multiset,
@@ -150,84 +151,84 @@ def _tag(table, step: Step, what: str) -> str:
     return commit_tag(table.name, step.seq, step.epoch, what)
 
 
-def _output_target(engine, table, step: Step) -> tuple[int, int, str, str]:
+def _output_target(env: Environment, table, step: Step) -> tuple[int, int, str, str]:
     """(the table's latest version, the version to look for the step's commit from, the write's
     app id and tag). A run of this step a crash interrupted may have written already (the write
     is then skipped): its commit is after the version the step started from, not necessarily the
     latest (from the start when the table was recreated since)."""
-    log = DeltaLog.open(table.path, engine.storage_options)
+    log = DeltaLog.open(table.path, env.storage_options)
     previous = log.version if log is not None else -1
     since = step.output_version + 1 if 0 <= step.output_version <= previous else 0
     return previous, since, f"epochal/{table.name}", _tag(table, step, "output")
 
 
-def write_output(engine, table, step: Step, change: DataFrame | None, base: DataFrame | None, inserted: int,
+def write_output(env: Environment, table, step: Step, change: DataFrame | None, base: DataFrame | None, inserted: int,
                   deleted: int, meter: Meter, collected: pa.Table | None = None,
                   current: pa.Table | None = None) -> int:
     """Apply the change: keyed (incremental steps of a table with a unique key) or as a multiset;
-    committed on the driver when it has at most `engine.driver_rows` rows, else by Spark.
+    committed on the driver when it has at most `env.driver_rows` rows, else by Spark.
     `collected`: the change, already on the driver; `current`: the rows it applies to, when a
     rescan read them there (then `change` is None)."""
     columns = [f.name for f in table.schema.fields]
-    previous, since, app, tag = _output_target(engine, table, step)
+    previous, since, app, tag = _output_target(env, table, step)
     if inserted or deleted:
         keyed = table.key is not None and step.technique == INCREMENTAL
         key = [columns[i] for i in table.key] if keyed else None
         meter.commits += 1
-        if inserted + deleted <= engine.driver_rows:
+        if inserted + deleted <= env.driver_rows:
             meter.driver_commits += 1
-            target = driver_commits.open_unwritten(table.path, app, step.seq, engine.storage_options)
+            target = driver_commits.open_unwritten(table.path, app, step.seq, env.storage_options)
             if target is not None:  # else a crashed run of this step wrote it
                 rows = collected if collected is not None else change.toArrow()
                 if keyed:
                     driver_commits.merge_keyed(target, driver_commits.keyed_rows(rows, columns, key), columns, key,
                                                app, step.seq, tag)
                 elif deleted:
-                    copies = _copies(engine, table, step, change, base, rows, columns, current)
+                    copies = _copies(env, table, step, change, base, rows, columns, current)
                     driver_commits.merge_multiset(target, driver_commits.multiset_rows(rows, columns, copies),
                                                   columns, app, step.seq, tag)
                 else:
                     driver_commits.append(target, driver_commits.multiset_rows(rows, columns, {}).drop_columns([OP]),
-                                          app, step.seq, tag, engine.storage_options)
+                                          app, step.seq, tag, env.storage_options)
         else:
-            _write_output_with_spark(engine, table, step, change, base, columns, key, deleted, app, tag)
-    written = version_written(table.path, table.name, step.seq, "output", since, engine.storage_options)
+            _write_output_with_spark(env, table, step, change, base, columns, key, deleted, app, tag)
+    written = version_written(table.path, table.name, step.seq, "output", since, env.storage_options)
     return written if written is not None else max(previous, step.output_version)
 
 
-def _copies(engine, table, step: Step, change: DataFrame | None, base: DataFrame | None, rows: pa.Table,
+def _copies(env: Environment, table, step: Step, change: DataFrame | None, base: DataFrame | None, rows: pa.Table,
             columns: list[str], current: pa.Table | None = None) -> dict[tuple, int]:
     """The copies the table holds of each row the change deletes: counted on the driver when the
     step holds the table's rows (`current`) or the refresh read its version as Arrow, else by Spark."""
-    reads = getattr(engine, "reads", None)
+    reads = env.reads
     held = current if current is not None else reads.snapshot_rows(table.path, step.output_version) \
         if reads is not None and step.technique == INCREMENTAL and step.output_version >= 0 else None
     if held is None:
-        return copies_in(_base(engine, table, step, base), change, columns)
+        return copies_in(_base(env, table, step, base), change, columns)
     return driver_commits.copies_of(held, rows.filter(pc.less(rows.column(WEIGHT), 0)), columns)
 
 
-def _base(engine, table, step: Step, base: DataFrame | None) -> DataFrame:
+def _base(env: Environment, table, step: Step, base: DataFrame | None) -> DataFrame:
     """The rows the change applies to: `base` (a rescan's read of the table), else the version an
     incremental step starts from, shared by the refresh when small. Only a multiset change with
     deletes reads it, so keyed steps and inserts never do."""
     if base is not None:
         return base
-    reads = getattr(engine, "reads", None)
-    shared = reads.snapshot(engine.spark, table.path, step.output_version, table.schema) \
+    reads = env.reads
+    shared = reads.snapshot(env.spark, table.path, step.output_version, table.schema) \
         if reads is not None and step.output_version >= 0 else None
-    return shared if shared is not None else read_snapshot(engine.spark, table.path, step.output_version,
+    return shared if shared is not None else read_snapshot(env.spark, table.path, step.output_version,
                                                            table.schema)
 
 
-def _write_output_with_spark(engine, table, step: Step, change: DataFrame, base: DataFrame | None, columns: list[str],
+def _write_output_with_spark(env: Environment, table, step: Step, change: DataFrame, base: DataFrame | None, columns: list[str],
                              key: list[str] | None, deleted: int, app: str, tag: str) -> None:
-    spark = engine.spark
+    spark = env.spark
     identity = write_identity(spark, app, step.seq, tag)
     if key is not None:
         apply_keyed(spark, table.path, keyed_source(change, columns, key), columns, key, identity)
         return
-    source, persisted = multiset_source(change, columns, _base(engine, table, step, base) if deleted else None)
+    source, persisted = multiset_source(change, columns, _base(env, table, step, base) if deleted else None)
     try:
         apply_multiset(spark, table.path, source, columns, identity,
                        lambda frame: writer(frame, app, step.seq, tag), has_deletes=deleted > 0)
@@ -236,44 +237,44 @@ def _write_output_with_spark(engine, table, step: Step, change: DataFrame, base:
             frame.unpersist()
 
 
-def replace_output(engine, table, step: Step, full: DataFrame) -> tuple[int, int, int, bool]:
+def replace_output(env: Environment, table, step: Step, full: DataFrame) -> tuple[int, int, int, bool]:
     """Write the full result as the table's whole contents: its first commit (created with the
     change data feed on; Delta makes every column nullable) or an overwrite when its schema
     changed; on the driver when small (writes.replace). Returns the version written, the rows it
     inserted and deleted, and whether it was committed on the driver."""
-    _, since, app, tag = _output_target(engine, table, step)
-    on_driver = replace_contents(full, table.path, app, step.seq, tag, engine.storage_options, engine.driver_rows,
+    _, since, app, tag = _output_target(env, table, step)
+    on_driver = replace_contents(full, table.path, app, step.seq, tag, env.storage_options, env.driver_rows,
                         change_data_feed=True)
-    written = version_written(table.path, table.name, step.seq, "output", since, engine.storage_options)
+    written = version_written(table.path, table.name, step.seq, "output", since, env.storage_options)
     if written is None:
         raise EpochError(f"table {table.name!r}: the write of step {step.seq} is not in the table's history "
                          "(an engine defect: please report it)")
     if on_driver:
-        inserted = row_count(table.path, written, engine.storage_options)
+        inserted = row_count(table.path, written, env.storage_options)
     else:
-        commit = TableFiles(table.path, engine.storage_options).commit(written)
+        commit = TableFiles(table.path, env.storage_options).commit(written)
         inserted = int(commit.metrics.get("numOutputRows", 0)) if commit is not None else 0
-    return written, inserted, row_count(table.path, written - 1, engine.storage_options), on_driver
+    return written, inserted, row_count(table.path, written - 1, env.storage_options), on_driver
 
 
-def write_states(engine, table, step: Step, state: StateStore, writes: list, meter: Meter) -> dict[str, int]:
+def write_states(env: Environment, table, step: Step, state: StateStore, writes: list, meter: Meter) -> dict[str, int]:
     versions = {} if step.technique == RESCAN else dict(state.versions)
     for write in writes:
         path = state.path(write.name)
-        log = DeltaLog.open(path, engine.storage_options)
+        log = DeltaLog.open(path, env.storage_options)
         # as for the output: an interrupted run of this step may have written this state table
         # already, after the version the previous step recorded
         recorded = state.versions.get(write.name)
         since = recorded + 1 if recorded is not None and log is not None and log.version >= recorded else 0
         app, tag = f"epochal/{table.name}/{write.name}", _tag(table, step, write.name)
-        copied = bool(write.keys) and engine.arrangements is not None and replaces_state(state, write)
-        if write_state(engine.spark, state, write, step.seq, app, tag, engine.driver_rows):
+        copied = bool(write.keys) and env.arrangements is not None and replaces_state(state, write)
+        if write_state(env.spark, state, write, step.seq, app, tag, env.driver_rows):
             meter.driver_commits += 1
         elif copied:
             # too large for the driver, so later epochs read it by key: copy it now, not in their reads
-            engine.arrangements.copy_table(path, write.keys[0])
+            env.arrangements.copy_table(path, write.keys[0])
         meter.commits += 1
-        found = version_written(path, table.name, step.seq, write.name, since, engine.storage_options)
+        found = version_written(path, table.name, step.seq, write.name, since, env.storage_options)
         latest = log.version if log is not None else -1
         versions[write.name] = found if found is not None else state.versions.get(write.name, latest)
         faults.point("after_state_merge", table.name)

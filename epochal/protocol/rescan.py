@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
 
 from deltalake.exceptions import DeltaError
 
@@ -40,35 +39,12 @@ from ..reasons import CDF_UNAVAILABLE, COST, SOURCE_REWRITTEN, STATE_MISSING, ST
 from ..rules import rule_for
 from ..storage.deltalog import DeltaLog, TableFiles, changed_rows, table_at
 from .context import state_names
+from .environment import Environment, Triggers
 
 SCHEMA_OPERATIONS = ("ADD COLUMNS", "CHANGE COLUMN", "CHANGE COLUMNS", "RENAME COLUMN", "DROP COLUMNS",
                      "REPLACE COLUMNS")
 REPLACING = ("CREATE OR REPLACE TABLE AS SELECT", "REPLACE TABLE AS SELECT", "CREATE OR REPLACE TABLE",
              "REPLACE TABLE")
-
-
-class Triggers:
-    """The engine's rescan settings, and a short-lived memo of input checks: several tables read
-    one source over the same range in one epoch, and a range's log does not change (a VACUUM adds
-    a commit, so the latest version is part of the key)."""
-
-    def __init__(self, rescan_fraction: float | None = None):
-        if rescan_fraction is not None and not 0 < rescan_fraction:
-            raise ValueError(f"rescan_fraction must be positive (a fraction of the input rows), not {rescan_fraction!r}")
-        self.rescan_fraction = rescan_fraction
-        self._memo: dict[tuple, Trigger | None] = {}
-        self._lock = threading.Lock()
-
-    def remembered(self, key: tuple, compute) -> Trigger | None:
-        with self._lock:
-            if key in self._memo:
-                return self._memo[key]
-        found = compute()
-        with self._lock:
-            if len(self._memo) > 4096:
-                self._memo.clear()
-            self._memo[key] = found
-        return found
 
 
 # ---- what a table reads --------------------------------------------------------------------------
@@ -86,22 +62,22 @@ def read_columns(table) -> dict[str, set[str]]:
 
 
 # ---- detection -----------------------------------------------------------------------------------
-def detect(engine, table, last, inputs) -> Trigger | None:
+def detect(env: Environment, table, last, inputs) -> Trigger | None:
     """The first reason this step cannot be incremental, or None. Raises EpochError when no rescan
     can help (the query reads a column its input no longer has)."""
-    triggers: Triggers = getattr(engine, "triggers", None) or Triggers()
+    triggers = env.triggers
     reads = read_columns(table)
     for name, rng in inputs.items():
         if not rng.changed or rng.before < 0:
             continue
-        found = _input_trigger(engine, triggers, table, rng, reads.get(name))
+        found = _input_trigger(env, triggers, table, rng, reads.get(name))
         if found is not None:
             return found
-    found = state_trigger(engine, table, last)
+    found = state_trigger(env, table, last)
     if found is not None:
         return found
     if triggers.rescan_fraction is not None:
-        return cost_trigger(engine, triggers.rescan_fraction, inputs)
+        return cost_trigger(env, triggers.rescan_fraction, inputs)
     return None
 
 
@@ -109,26 +85,26 @@ def _describe(rng) -> str:
     return f"{rng.kind} {rng.name!r}"
 
 
-def _input_trigger(engine, triggers: Triggers, table, rng, reads: set[str] | None) -> Trigger | None:
-    log = DeltaLog.open(rng.path, engine.storage_options)
+def _input_trigger(env: Environment, triggers: Triggers, table, rng, reads: set[str] | None) -> Trigger | None:
+    log = DeltaLog.open(rng.path, env.storage_options)
     if log is None:
         return Trigger(SOURCE_REWRITTEN, f"{_describe(rng)} no longer exists at {rng.path} (deleted or moved)")
     key = (rng.path, rng.before, rng.after, log.version, frozenset(reads) if reads is not None else None)
 
-    found = triggers.remembered(key, lambda: _log_trigger(engine, table, rng, log, reads))
+    found = triggers.remembered(key, lambda: _log_trigger(env, table, rng, log, reads))
     if found is not None and found.code == "STALE":
         raise EpochError(found.detail)
     return found
 
 
-def _log_trigger(engine, table, rng, log: DeltaLog, reads: set[str] | None) -> Trigger | None:
+def _log_trigger(env: Environment, table, rng, log: DeltaLog, reads: set[str] | None) -> Trigger | None:
     what = _describe(rng)
     if rng.after > log.version:
         return Trigger(SOURCE_REWRITTEN, f"{what} has no version {rng.after} (latest {log.version}): it was recreated")
-    files = TableFiles(rng.path, engine.storage_options)
+    files = TableFiles(rng.path, env.storage_options)
     start = files.commit(rng.before)
     try:
-        at_start = table_at(rng.path, rng.before, engine.storage_options)
+        at_start = table_at(rng.path, rng.before, env.storage_options)
     except DeltaError:  # delta-rs: the log no longer reaches back to that version
         at_start = None
     if start is None or at_start is None:
@@ -150,7 +126,7 @@ def _log_trigger(engine, table, rng, log: DeltaLog, reads: set[str] | None) -> T
             new_schema = json.loads(commit.metadata.get("schemaString") or '{"fields": []}')["fields"]
             seen, unseen = _schema_change(schema, new_schema, reads)
             if seen:
-                return _seen_change(engine, table, rng, log, reads, f"{seen} at version {version}")
+                return _seen_change(env, table, rng, log, reads, f"{seen} at version {version}")
             if unseen and unreadable is None:
                 unreadable = f"{unseen} at version {version}"
             schema = new_schema
@@ -224,7 +200,7 @@ def _schema_change(old: list[dict], new: list[dict], reads: set[str] | None) -> 
     return ("; ".join(seen) or None), ("; ".join(unseen) or None)
 
 
-def _seen_change(engine, table, rng, log: DeltaLog, reads, change: str) -> Trigger:
+def _seen_change(env: Environment, table, rng, log: DeltaLog, reads, change: str) -> Trigger:
     """A schema change the query sees: a rescan, provided the definition was loaded against the
     schema the input has now (otherwise the query, or the table's schema, is stale)."""
     current = {f.name.lower(): f.dataType.simpleString() for f in log.spark_schema().fields}
@@ -233,7 +209,7 @@ def _seen_change(engine, table, rng, log: DeltaLog, reads, change: str) -> Trigg
         return Trigger("STALE", (
             f"table {table.name!r} reads column(s) {', '.join(gone)} of {_describe(rng)}, which it no longer "
             f"has ({change}); update the table's SQL and define it again"))
-    invalidation = getattr(engine, "invalidation", None)
+    invalidation = env.invalidation
     loaded = invalidation.read_types(table.name, rng.name) if invalidation is not None else {}
     stale = sorted(c for c in (reads or ()) if c in loaded and loaded[c] != current.get(c))
     if stale:
@@ -261,7 +237,7 @@ def plan_signature(plan) -> str:
     return hashlib.sha256(repr(parts).encode()).hexdigest()[:16]
 
 
-def state_trigger(engine, table, last) -> Trigger | None:
+def state_trigger(env: Environment, table, last) -> Trigger | None:
     plan = table.compiled.plan
     if plan is None or last is None:
         return None
@@ -278,34 +254,34 @@ def state_trigger(engine, table, last) -> Trigger | None:
         return Trigger(STATE_MISSING, f"no state version recorded for {', '.join(absent)}")
     for name, version in sorted(recorded.items()):
         path = f"{table.state_root}/{name}"
-        log = DeltaLog.open(path, engine.storage_options)
+        log = DeltaLog.open(path, env.storage_options)
         if log is None:
             return Trigger(STATE_MISSING, f"state table {name} is missing ({path})")
         if log.version < version:
             return Trigger(STATE_MISSING, f"state table {name} has no version {version} (latest {log.version}): "
                                           "it was recreated")
         try:
-            uris = table_at(path, version, engine.storage_options).file_uris()
+            uris = table_at(path, version, env.storage_options).file_uris()
         except DeltaError as error:
             return Trigger(STATE_MISSING, f"state table {name} cannot be read at version {version} ({error})")
         root = path.rstrip("/") + "/"
         relative = [u[len(root):] if u.startswith(root) else u.rsplit("/", 1)[-1] for u in uris]
-        missing = TableFiles(path, engine.storage_options).missing(relative)
+        missing = TableFiles(path, env.storage_options).missing(relative)
         if missing:
             return Trigger(STATE_MISSING, f"state table {name} lost {len(missing)} data files of version {version}")
     return None
 
 
-def cost_trigger(engine, fraction: float, inputs) -> Trigger | None:
+def cost_trigger(env: Environment, fraction: float, inputs) -> Trigger | None:
     """COST when the rows the epoch changed across the inputs exceed `fraction` of the rows the
     inputs hold at its end: the incremental terms read at least the changes (and their partners),
     a recompute reads every input once."""
     changed = rows = 0
     for rng in inputs.values():
         if rng.after >= 0:
-            rows += table_at(rng.path, rng.after, engine.storage_options).count()
+            rows += table_at(rng.path, rng.after, env.storage_options).count()
         if rng.changed and rng.before >= 0:
-            count = changed_rows(rng.path, rng.before, rng.after, engine.storage_options)
+            count = changed_rows(rng.path, rng.before, rng.after, env.storage_options)
             if count is None:
                 return None  # cannot tell: stay incremental
             changed += count
