@@ -77,11 +77,7 @@ class FileBounds:
 
 
 CACHED_CHUNKS = 2_000_000  # column chunks of cached footers (a few hundred bytes each)
-
-
 FILE_BOUNDS = FileBounds()
-
-
 EPOCH_DAY = date(1970, 1, 1)
 
 
