@@ -74,6 +74,17 @@ def test_a_local_relation_keeps_every_row_across_empty_chunks(spark):
     assert local.agg(F.sum("x")).first()[0] == 3 * sum(range(100))
 
 
+def test_an_empty_local_relation_of_a_struct_column_is_an_empty_frame(spark):
+    """Found by the conformance suite (a STRUCT column, an outer join's affected keys read on the
+    driver and matching no row): PySpark 4.1 cannot make a frame of an Arrow table with no chunk
+    and a STRUCT column."""
+    schema = spark.createDataFrame([], "id long, x struct<a:int,b:string>").schema
+    data = pa.Table.from_batches([], pa.schema([("id", pa.int64()), ("x", pa.struct([("a", pa.int32()), ("b", pa.string())]))]))
+    local = SharedReads()._local(spark, data.combine_chunks(), schema, None)
+    assert local.count() == 0
+    assert local.schema == schema
+
+
 @pytest.fixture(scope="module")
 def changed_table(spark, warehouse) -> str:
     """Several files, then a delete, an update and an append: versions 0 to 3."""

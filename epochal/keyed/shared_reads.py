@@ -117,6 +117,8 @@ class SharedReads:
         local = pa.Table.from_arrays(arrays, names=shape.names).combine_chunks()
         # delta-rs's Arrow types (string views, time zones) as Spark reads them
         def create() -> DataFrame:
+            if not local.num_rows:  # PySpark 4.1 fails on an Arrow table with no chunk and a STRUCT column
+                return spark.createDataFrame([], schema=shape)
             return spark.createDataFrame(local.cast(to_arrow_schema(shape)), schema=shape)
 
         return lazy_frame(spark, create, shape)
