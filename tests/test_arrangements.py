@@ -45,7 +45,7 @@ def _identity(value):
 
 
 @pytest.mark.parametrize("key", [None, "k"])
-@settings(max_examples=200, deadline=None, derandomize=True)
+@settings(max_examples=200, deadline=None)
 @given(rows=ROWS)
 def test_net_rows_repeats_each_stored_row_its_summed_weight(rows, key):
     table = pa.table({"k": pa.array([r[0] for r in rows], pa.int64()),

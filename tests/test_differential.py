@@ -189,7 +189,6 @@ EXAMPLES = int(os.environ.get("EPOCHAL_EXAMPLES", "2"))  # `make soak` raises it
 SLOW = settings(
     max_examples=max(1, EXAMPLES - 1),
     deadline=None,
-    derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 

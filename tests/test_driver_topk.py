@@ -40,7 +40,7 @@ ORDER = st.lists(st.tuples(st.sampled_from(SCHEMA.names), st.booleans(), st.bool
                  unique_by=lambda key: key[0])
 
 
-@settings(max_examples=15, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(rows=st.lists(ROW, max_size=12), order=ORDER, limit=st.integers(1, 6))
 def test_the_first_rows_are_sparks(spark, rows, order, limit):
     node = TopK(columns=tuple(SCHEMA.names), input=None, order=tuple(order), limit=limit)

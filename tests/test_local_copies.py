@@ -52,7 +52,7 @@ def _read(copies, path, fragment, table, wanted: list, nulls: bool):
 
 
 @pytest.mark.parametrize("date", [False, True])
-@settings(max_examples=60, deadline=None, derandomize=True)
+@settings(max_examples=60, deadline=None)
 @given(keys=KEYS, wanted=st.lists(st.integers(-45, 45), max_size=20), nulls=st.booleans(),
        batch_rows=st.sampled_from([1, 3, 16, 40, 256]), ordered=st.booleans())
 def test_a_copy_serves_exactly_the_rows_of_its_keys(tmp_path_factory, keys, wanted, nulls, batch_rows, ordered, date):

@@ -68,7 +68,7 @@ def frames(draw):
     return actual, expected
 
 
-@settings(max_examples=15, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(pair=frames())
 def test_the_recompute_comparison_counts_what_python_counts(spark, pair):
     actual, expected = pair

@@ -47,7 +47,7 @@ def _comparable_rows(rows) -> Counter:
     return Counter(tuple("NaN" if isinstance(v, float) and v != v else v for v in row) for row in rows)
 
 
-@settings(max_examples=25, deadline=None, derandomize=True)
+@settings(max_examples=25, deadline=None)
 @given(rows=st.lists(BATCH_ROW, max_size=12))
 def test_a_change_batch_consolidated_on_the_driver_equals_sparks(spark, rows):
     """consolidate_rows groups as Spark's consolidate does: NULL equal to NULL, -0.0 equal to 0.0,
