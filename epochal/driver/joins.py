@@ -2,7 +2,7 @@
 
 A join term `d_i ⋈ partners` over a change-sized batch is small, and most of its inputs are on the
 driver already: the change batch consolidated there, the partners read there for the batch's keys
-(restrict.py), small tables read whole once per refresh (shared_reads.py). Through Spark the term
+(narrowing.py), small tables read whole once per refresh (shared_reads.py). Through Spark the term
 cost a local checkpoint and the broadcast jobs AQE plans for it, about a second per join node and
 step. Here it costs pyarrow's hash join, and Spark receives the result as a local relation.
 

@@ -52,9 +52,9 @@ from ..driver.aggregates import (
 )
 from ..graph import WEIGHT, AggCall, Aggregate, sql
 from ..keyed.state import DELETE_FLAG
+from ..narrowing import restricted_snapshot
 from ..reasons import NOT_EXACT
 from .base import Rule, analysed_schema
-from .restrict import restricted_snapshot
 
 FOLDED = ("count_star", "count", "sum", "avg")
 

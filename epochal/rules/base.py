@@ -40,6 +40,11 @@ class Rule:
     def explain(self, node: Node) -> tuple[str, str]:
         return self.rule, self.state
 
+    def held_snapshot(self, node: Node, ctx, side: str, column: str, keys) -> DataFrame | None:
+        """`node` as of `side`, holding at least its rows whose `column` is one of the keys, read
+        on the driver (narrowing.restricted_snapshot); None where the operator cannot."""
+        return None
+
 
 def held_through(ctx, apply: Callable[[DataFrame], DataFrame], below: DataFrame, node: Node,
                  weighted: bool = False) -> DataFrame:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..graph import Filter
+from ..narrowing import restricted_snapshot
 from .base import Rule, expr, held_through
 
 
@@ -17,3 +18,7 @@ class FilterRule(Rule):
     def snapshot(self, node: Filter, ctx, side):
         below = ctx.snapshot(node.input, side)
         return held_through(ctx, lambda frame: frame.filter(expr(node.predicate)), below, node)
+
+    def held_snapshot(self, node: Filter, ctx, side, column, keys):
+        below = restricted_snapshot(ctx, node.input, side, column, keys)
+        return None if below is None else held_through(ctx, lambda frame: frame.filter(expr(node.predicate)), below, node)

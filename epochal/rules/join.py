@@ -22,8 +22,8 @@ from ..arrow_rows import spark_typed
 from ..changes import NEW, OLD, quoted
 from ..driver.joins import join_rows, output_schema
 from ..graph import WEIGHT, Join, conjoin, join_order
+from ..narrowing import narrow_partners, restricted_snapshot
 from .base import Rule, expr, union_all
-from .restrict import reduce_partners, restrict_partners, restricted_snapshot
 
 log = logging.getLogger("epochal")
 
@@ -75,7 +75,8 @@ class JoinRule(Rule):
             if change is None:
                 continue
             sides = {j: NEW if j < i else OLD for j in range(len(node.parts)) if j != i}
-            frames = restrict_partners(node, ctx, i, change, sides)  # co-generators read for d_i's keys only
+            marked = [(a, j, b) for start, a, j, b in node.restrict if start == i]  # co-generators read for d_i's keys only
+            frames = narrow_partners(ctx, node, i, {i: change}, sides, marked, held_only=True)
             joined = join_on_driver(node, ctx, frames, i)
             if joined is not None:
                 on_driver.append(joined)
@@ -91,7 +92,7 @@ class JoinRule(Rule):
         return join_frames(node, frames, 0)
 
     def held_snapshot(self, node: Join, ctx, side: str, column: str, keys):
-        """The rows whose `column` is one of the keys (restrict.restricted_snapshot): the input
+        """The rows whose `column` is one of the keys (narrowing.restricted_snapshot): the input
         holding `column` read for the keys, then each further input, in the join's order, for the
         values its equality to the inputs read so far can match (semi-join reduction, on the
         driver), or in full where it cannot be; None where the first input cannot be."""
@@ -100,7 +101,7 @@ class JoinRule(Rule):
         if start is None:
             return None
         frames = {owner: start}
-        reduce_partners(ctx, node, owner, frames, {owner}, {j: side for j in range(len(node.parts)) if j != owner})
+        narrow_partners(ctx, node, owner, frames, {j: side for j in range(len(node.parts)) if j != owner})
         joined = join_on_driver(node, ctx, frames, owner)
         if joined is not None:  # every input held exactly: joined in Arrow
             rows, schema = joined

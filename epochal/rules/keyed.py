@@ -21,8 +21,8 @@ from pyspark.sql.types import LongType, StructField, StructType
 from ..arrow_rows import first_values, key_tuples, key_type, spark_typed
 from ..changes import NEW, OLD, consolidate, null_safe_on, quoted
 from ..graph import WEIGHT, Node
+from ..narrowing import distinct_values, restricted_snapshot
 from .base import union_all
-from .restrict import distinct_values, restricted_snapshot
 
 Sides = list[tuple[Node, list[str]]]
 log = logging.getLogger("epochal")
@@ -50,12 +50,12 @@ def weighted(frame: DataFrame, weight: int) -> DataFrame:
 
 
 def _first_keys(ctx, keys: DataFrame) -> tuple[tuple, bool] | None:
-    """The affected keys' values of their first column (restrict.distinct_values), once per step."""
+    """The affected keys' values of their first column (narrowing.distinct_values), once per step."""
     return ctx.memo(ctx.plan, ("affected_keys", id(keys)), lambda: distinct_values(keys, "__k0"))
 
 
 def restricted_side(ctx, node: Node, side: str, keys: DataFrame, columns: list[str]) -> DataFrame:
-    """`node` as of `side` restricted to the affected keys: where restrict.restricted_snapshot can,
+    """`node` as of `side` restricted to the affected keys: where narrowing.restricted_snapshot can,
     only the rows of the first key column's values are read (on the driver, shared), instead of a
     full scan per side and version."""
     frame = restricted_snapshot(ctx, node, side, columns[0], lambda: _first_keys(ctx, keys)) if columns else None
@@ -80,7 +80,7 @@ def full_recompute(ctx, inputs: list[Node], evaluate) -> DataFrame:
 
 def keyed_on_driver(ctx, sides: Sides, evaluate_rows) -> DataFrame | None:
     """keyed_recompute on the driver, where every input's change is held there exactly and so are
-    its rows of the affected keys (restrict.restricted_snapshot, or a small input whole):
+    its rows of the affected keys (narrowing.restricted_snapshot, or a small input whole):
     `evaluate_rows([(rows, schema), ...])` computes the operator over Spark-typed Arrow rows as
     (rows, schema), or None. Keys match NULL-safely, as restrict_to's do. None where any part is
     Spark's (logged at debug, with what was not held)."""

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from sqlglot import exp
 
 from ..changes import consolidate, consolidate_rows, rows_up_to
 from ..graph import WEIGHT, Filter, Join, Project, columns_in, single_row
+from ..narrowing import restricted_snapshot
 from .base import Rule, expr, held_through
 
 
@@ -64,3 +66,12 @@ class ProjectRule(Rule):
     def snapshot(self, node: Project, ctx, side):
         below = ctx.snapshot(node.input, side)
         return held_through(ctx, lambda frame: frame.select(*self.output_columns(node)), below, node)
+
+    def held_snapshot(self, node: Project, ctx, side, column, keys):
+        """The input's rows for the keys, where `column` is an input column passed through."""
+        expression = dict(zip(node.columns, node.exprs)).get(column)
+        if not isinstance(expression, exp.Column):
+            return None
+        below = restricted_snapshot(ctx, node.input, side, expression.name, keys)
+        return None if below is None else held_through(
+            ctx, lambda frame: frame.select(*self.output_columns(node)), below, node)

@@ -14,9 +14,11 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
-from ..changes import consolidate, quoted, read_changes, read_snapshot
+from ..arrow_rows import KEY_TYPES
+from ..changes import NEW, consolidate, quoted, read_changes, read_snapshot
 from ..driver.filters import driver_filter
 from ..graph import WEIGHT, Scan
+from ..narrowing import MAX_KEYS
 from .base import Rule, expr
 
 
@@ -85,3 +87,30 @@ class ScanRule(Rule):
         if passing is not None:
             return self._held_frame(node, ctx, passing, schema, False)
         return ctx.on_driver(self._shape(node, frame, False), rows)
+
+    def held_snapshot(self, node: Scan, ctx, side, column, keys):
+        """The version's rows whose `column` is one of the keys, read on the driver once per
+        refresh for every step asking (SharedReads.restricted_with_rows), through `held_read`:
+        filtered there, so fewer keys go onward; None for a key type Arrow and Spark may not
+        compare alike (floating point: -0.0 and NaN; timestamps: time zones), or too many keys."""
+        if column not in node.columns:
+            return None
+        source = ctx.inputs[node.table]
+        version = source.version(side if ctx.changed(node) else NEW)
+        field = node.fields[node.columns.index(column)]
+        types = {f.name.lower(): f.dataType for f in source.schema.fields}
+        if version < 0 or not isinstance(types.get(field.lower()), KEY_TYPES):
+            return None
+        wanted = keys() if callable(keys) else keys
+        if wanted is None or len(wanted[0]) > MAX_KEYS:
+            return None
+        values, nulls = wanted
+        found = ctx.memo(node, ("restricted", version, field, values, nulls), lambda: ctx.reads.restricted_with_rows(
+            ctx.spark, source.path, version, source.schema, field, values, nulls))
+        if found is None:
+            return None
+        frame, data = found
+        held = self.held_read(node, ctx, data, frame, source.schema)
+        if held is not None:
+            ctx.meter.note_read("restricted version", node.table, version)
+        return held

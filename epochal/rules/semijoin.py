@@ -13,10 +13,10 @@ from ..arrow_rows import spark_typed
 from ..changes import NEW, OLD, quoted
 from ..driver.joins import semi_join_rows
 from ..graph import SemiJoin
+from ..narrowing import comparable, matching_keys, restricted_snapshot
 from .base import Rule, expr
 from .keyed import full_recompute, keyed_on_driver, keyed_recompute
 from .outer_join import condition
-from .restrict import comparable, matching_keys, restricted_snapshot
 
 
 class SemiJoinRule(Rule):
@@ -82,7 +82,7 @@ class SemiJoinRule(Rule):
         return self._evaluate(node, ctx)([ctx.snapshot(node.left, side), ctx.snapshot(node.right, side)], side)
 
     def held_snapshot(self, node: SemiJoin, ctx, side: str, column: str, keys):
-        """The rows whose `column` (of the left input) is one of the keys (restrict.restricted_snapshot):
+        """The rows whose `column` (of the left input) is one of the keys (narrowing.restricted_snapshot):
         the left input read for them, the subquery for the left rows' correlation values (and its
         NULLs, which a NULL-safe correlation matches); None where the left input cannot be."""
         left = restricted_snapshot(ctx, node.left, side, column, keys)

@@ -37,7 +37,7 @@ from ...graph import (
 def scan_field(node: Node, column: str, joins: bool = False) -> tuple[str, str] | None:
     """The scan (table, field) whose column reaches `node` as `column` through filters and plain
     column projections (with `joins`, also through the join input holding it and a semi-join's
-    left input, as rules/restrict.restricted_snapshot reads some keys' rows), or None."""
+    left input, as narrowing.restricted_snapshot reads some keys' rows), or None."""
     while True:
         if isinstance(node, Scan):
             return (node.table, node.fields[node.columns.index(column)]) if column in node.columns else None

@@ -1,0 +1,256 @@
+"""Narrowing a join term's partners to the keys that can match (semi-join reduction), at run time;
+the plan side is planning/optimize/restrict_cogenerators, which marks the pairs to start from
+(`Join.restrict`).
+
+In the join term that starts from input i's change batch, input j can only contribute rows whose
+column b equals some value of a in the batch. `narrow_partners` is the one mechanism: it reads
+each partner for the values of the inputs read so far, hop by hop, seeded with the pairs the plan
+marks. A read is on the driver where it can be (`restricted_snapshot`: each operator's
+`held_snapshot`, a scan's through keyed.shared_reads.SharedReads, about one scan of each version
+and key column for the whole refresh, shared by every term and table), and each read narrows the
+rows of the input its keys came from, so later reads take fewer keys. Where a marked partner
+cannot be read on the driver, its Spark read is filtered to the keys' ranges instead: an OR of at
+most MAX_RANGES value ranges, split where the sorted values have their widest gaps, which Delta's
+data skipping understands (on Delta 4.4 an IN list skips no files at all, while an OR of ranges
+skips every file whose min/max statistics miss all ranges). Every read is a superset of the
+matching rows; the join itself stays exact. Affected-key recomputes (rules/keyed.py) read their
+inputs the same way.
+"""
+
+from __future__ import annotations
+
+from datetime import date, datetime
+from decimal import Decimal
+from functools import reduce
+from typing import Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import DataType, IntegralType
+from sqlglot import exp
+
+from .arrow_rows import key_kind
+from .changes import quoted
+from .graph import Filter, Join, Node, SemiJoin, conjuncts, join_order
+
+MAX_RANGES = 32  # ranges in one filter: each is tested against every file's statistics
+MAX_KEYS = 200_000  # distinct values collected to the driver; beyond, one range [min, max]
+
+
+def comparable(a: DataType, b: DataType) -> bool:
+    """Whether a range over a's values filters b exactly like the join's equality does."""
+    return a == b or (isinstance(a, IntegralType) and isinstance(b, IntegralType))
+
+
+def _gap(low, high) -> float:
+    if isinstance(low, (int, float, Decimal)):
+        return float(high - low)
+    if isinstance(low, (date, datetime)):
+        return (high - low).total_seconds()
+    return 1.0  # no distance between strings: split evenly
+
+
+def ranges(values: list) -> list[tuple[object, object]]:
+    """At most MAX_RANGES (low, high) ranges covering the sorted distinct `values`, split at the
+    widest gaps."""
+    if len(values) <= MAX_RANGES:
+        return [(v, v) for v in values]
+    gaps = sorted(range(1, len(values)), key=lambda i: (-_gap(values[i - 1], values[i]), i))[:MAX_RANGES - 1]
+    bounds = [0] + sorted(gaps) + [len(values)]
+    return [(values[start], values[end - 1]) for start, end in zip(bounds, bounds[1:])]
+
+
+def values_on_driver(rows, column: str) -> tuple[list, bool] | None:
+    """`column`'s sorted distinct non-NULL values in Arrow `rows`, and whether it holds NULL; None
+    for a type whose values Spark and Python may not order and compare alike."""
+    array = rows.column(column)
+    if key_kind(array.type) not in ("integer", "string", "date", "decimal", "boolean"):
+        return None
+    unique = pc.unique(array)
+    return sorted(v for v in unique.to_pylist() if v is not None), unique.null_count > 0
+
+
+def batch_keys(change: DataFrame, columns: list[str], rows=None) -> dict[str, list | tuple]:
+    """Per column, its sorted distinct non-NULL values in the batch, or (min, max) when more than
+    MAX_KEYS (one job for all columns; a second only when some column has too many values). With
+    `rows` (Arrow rows holding every row of the batch, Context.rows_on_driver) the values are
+    taken there, without a job: a superset where Spark filters the batch further, which is as
+    good (every use of the keys is a superset of the matching rows, the join itself is exact)."""
+    if rows is not None:
+        found = {c: values_on_driver(rows, c) for c in columns}
+        if all(values is not None and len(values[0]) <= MAX_KEYS for values in found.values()):
+            return {c: values[0] for c, values in found.items()}
+    figures = change.agg(*[F.array_sort(F.collect_set(F.col(quoted(c)))).alias(f"k{i}") for i, c in enumerate(columns)]).first()
+    found: dict[str, list | tuple] = {}
+    wide = []
+    for i, column in enumerate(columns):
+        values = list(figures[f"k{i}"] or [])
+        if len(values) > MAX_KEYS:
+            wide.append(column)
+        else:
+            found[column] = values
+    if wide:
+        bounds = change.agg(*[F.min(quoted(c)).alias(f"lo{i}") for i, c in enumerate(wide)],
+                            *[F.max(quoted(c)).alias(f"hi{i}") for i, c in enumerate(wide)]).first()
+        for i, column in enumerate(wide):
+            found[column] = (bounds[f"lo{i}"], bounds[f"hi{i}"])
+    return found
+
+
+def ranges_filter(column: str, keys: list | tuple):
+    """A filter keeping the rows whose `column` is in the keys' ranges (`keys`: sorted values, or
+    a (min, max) range), which Delta's file statistics can skip on."""
+    spans = [keys] if isinstance(keys, tuple) else ranges(keys)
+    if not spans:
+        return F.lit(False)  # the batch holds only NULLs: nothing can match
+    col = F.col(quoted(column))
+    parts = [col == F.lit(low) if low == high else col.between(F.lit(low), F.lit(high)) for low, high in spans]
+    return reduce(lambda x, y: x | y, parts)
+
+
+def restricted_snapshot(ctx, node: Node, side: str, column: str, keys) -> DataFrame | None:
+    """`node` as of `side`, holding at least its rows whose `column` is one of the keys, read on
+    the driver and shared by the refresh's steps: each operator's `held_snapshot` (a scan's
+    reads the keys' rows; a filter, a projection, a join, a semi-join or an aggregate reads its
+    inputs' for them); None where it cannot be (then read it through Spark). `keys` is
+    (values, nulls), or a function giving it, called only when the driver read is possible:
+    `values` sorted, distinct and non-NULL, `nulls` whether the rows where `column` is NULL are
+    wanted too (None: too many keys)."""
+    if ctx.reads is None:
+        return None
+    return ctx.rule_for(node).held_snapshot(node, ctx, side, column, keys)
+
+
+def distinct_values(frame: DataFrame, column: str, rows=None) -> tuple[tuple, bool] | None:
+    """`column`'s distinct non-NULL values in `frame`, sorted, and whether it holds NULL (one
+    small job, or none with `rows`, Arrow rows holding every row of `frame`: then a superset);
+    None when more than MAX_KEYS (too many for a driver read)."""
+    found = values_on_driver(rows, column) if rows is not None else None
+    if found is not None:
+        return None if len(found[0]) > MAX_KEYS else (tuple(found[0]), found[1])
+    values = [row[0] for row in frame.select(F.col(quoted(column))).distinct().limit(MAX_KEYS + 2).collect()]
+    present = [v for v in values if v is not None]
+    return None if len(present) > MAX_KEYS else (tuple(sorted(present)), len(present) < len(values))
+
+
+def matching_keys(ctx, frame: DataFrame, column: str, nulls: bool, rows=None) -> tuple[tuple, bool] | None:
+    """The keys to read a partner for: `column`'s values in `frame` (or in `rows`, Arrow rows
+    holding every row of it that can join), with the partner's NULLs when `nulls` (a NULL-safe
+    correlation matches them)."""
+    found = distinct_values(frame, column, rows if rows is not None else ctx.rows_on_driver(frame))
+    return None if found is None else (found[0], nulls)
+
+
+def semi_joined(rows, a: str, partner, b: str):
+    """Of an input's Arrow `rows`, those whose `a` is one of the partner's values of `b`: in an
+    inner join a row without a partner yields nothing, so the inputs read after it need only the
+    keys of the rows that remain (TPC-H Q9: lineitem's changes keep about one part in eighteen,
+    `p_name LIKE '%green%'`, before partsupp and orders are read for them). None where either
+    side is not on the driver or their types do not compare in Arrow."""
+    if rows is None or partner is None:
+        return None
+    try:
+        found = pc.is_in(rows.column(a), value_set=pc.unique(partner.column(b)).cast(rows.schema.field(a).type))
+    except (KeyError, pa.ArrowException):
+        return None
+    return rows.filter(pc.fill_null(found, False))
+
+
+def _filters(node: Node) -> bool:
+    """Whether `node` filters its input's rows: a partner read first narrows the change batch."""
+    return isinstance(node, (Filter, SemiJoin)) or any(_filters(child) for child in node.inputs)
+
+
+def narrow_partners(ctx, node: Join, start: int, frames: dict[int, DataFrame], sides: dict[int, str],
+                    marked: Sequence[tuple[str, int, str]] = (), held_only: bool = False) -> dict[int, DataFrame]:
+    """Fill `frames` (by input position, holding `start`'s frame) with every other input j of
+    `node` as of `sides[j]`, each read for the keys it can match where it can be.
+
+    First the pairs the plan marks for a change batch at `start` (`marked`, (a, j, b): j's column
+    b equals the batch's a), partners that filter their rows first: the batch's keys are collected
+    once for all of them (on the driver where its rows are held there, else in one Spark job), and
+    j is read on the driver for those of the batch's rows that still have a partner. Then hop by
+    hop, in the join's order from `start`: each input not read yet, for the values its equality
+    conjuncts can match in an input read so far (again while a pass reads one: a read refused for
+    too many rows through one partner may succeed through another read later). `held_only`: hop
+    only from inputs whose rows are on the driver (no Spark job to collect their values). Each read
+    narrows the Arrow rows of the input its keys came from to those it matches (`semi_joined`).
+    What cannot be read for keys is read whole; a marked partner read whole by Spark is filtered
+    to the batch's key ranges (`ranges_filter`), a local relation being one no file skipping helps."""
+    narrowed: dict[int, object] = {}
+
+    def rows(index: int):
+        return narrowed[index] if index in narrowed else ctx.rows_on_driver(frames[index])
+
+    def read(index: int, column: str, keys, partner: int, partner_column: str) -> bool:
+        frame = restricted_snapshot(ctx, node.parts[index], sides[index], column, keys)
+        if frame is None or not comparable(frames[partner].schema[partner_column].dataType, frame.schema[column].dataType):
+            return False
+        frames[index] = frame
+        kept = semi_joined(rows(partner), partner_column, ctx.rows_on_driver(frame), column)
+        if kept is not None:
+            narrowed[partner] = kept
+        return True
+
+    change = frames[start]
+    marked = [(a, j, b) for a, j, b in marked if j in sides and a in change.columns] if marked else []
+    keys: dict[str, list | tuple] = {}
+    if marked:
+        columns = sorted({a for a, _, _ in marked})
+        keys = ctx.memo(node.parts[start], "restrict_keys:" + ",".join(columns),
+                        lambda: batch_keys(change, columns, ctx.rows_on_driver(change)))
+    held = ctx.rows_on_driver(change)
+    for a, j, b in sorted(marked, key=lambda pair: not _filters(node.parts[pair[1]])):
+        if j in frames or not isinstance(keys[a], list):  # a (min, max) range: too many keys to read for
+            continue
+        values = tuple(keys[a])
+        surviving = narrowed.get(start)
+        if surviving is not None and surviving.num_rows < held.num_rows:
+            remaining = values_on_driver(surviving, a)
+            values = tuple(remaining[0]) if remaining is not None else values
+        read(j, b, (values, False), start, a)
+    read_for_marks = set(frames)
+
+    def hops(index: int, reduced: set[int]):
+        for condition in conjuncts(node.condition):
+            if not (isinstance(condition, exp.EQ) and isinstance(condition.left, exp.Column)
+                    and isinstance(condition.right, exp.Column)):
+                continue
+            ends = {condition.left.name, condition.right.name}
+            mine = ends & set(node.parts[index].columns)
+            if len(mine) != 1:
+                continue
+            (y,) = mine
+            for p in sorted(reduced):
+                for x in ends - mine:
+                    if x in node.parts[p].columns and (not held_only or ctx.rows_on_driver(frames[p]) is not None):
+                        yield p, x, y
+
+    reduced = {j for j in frames if not held_only or ctx.rows_on_driver(frames[j]) is not None}
+    order = sorted((index for index, _ in join_order(node, start) if index >= 0 and index not in frames),
+                   key=lambda index: not _filters(node.parts[index]))
+    tried: set[tuple] = set()
+    progress = True
+    while progress:
+        progress = False
+        for index in [i for i in order if i not in frames]:
+            for p, x, y in hops(index, reduced):
+                if (index, p, x, y) in tried:
+                    continue
+                tried.add((index, p, x, y))
+                if read(index, y, lambda p=p, x=x: matching_keys(ctx, frames[p], x, False, rows(p)), p, x):
+                    reduced.add(index)
+                    progress = True
+                    break
+    for index in order:
+        if index not in frames:
+            frames[index] = ctx.snapshot(node.parts[index], sides[index])  # whole: no reduction to pass on
+    types = {f.name: f.dataType for f in change.schema.fields} if marked else {}
+    for a, j, b in marked:
+        if j not in read_for_marks and ctx.rows_on_driver(frames[j]) is None:
+            target = {f.name: f.dataType for f in frames[j].schema.fields}
+            if b in target and comparable(types[a], target[b]):
+                frames[j] = frames[j].filter(ranges_filter(b, keys[a]))
+    return frames
