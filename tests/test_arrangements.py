@@ -128,6 +128,7 @@ def test_arrangements_are_built_appended_and_read(spark, warehouse):
     assert "read by key in incremental steps: a.k, b.k" in explained, explained
 
 
+@pytest.mark.long  # a further arranged run; make test-long
 def test_the_first_epoch_arranges_what_the_incremental_steps_read(spark, warehouse):
     """Tables computed in full (the first epoch) arrange the inputs their plans' join terms and
     subqueries read by key, at the versions computed, so the first incremental epoch is served
@@ -270,6 +271,7 @@ class _StateReads(logging.Handler):
             self.warnings.append(message)
 
 
+@pytest.mark.long  # a second differential run of the arranged path; make test-long
 @SLOW
 @given(epochs=epoch_lists(min_size=1, max_size=2))
 def test_state_too_large_for_the_driver_is_kept_in_key_order_and_read_from_local_copies(spark, warehouse, epochs):

@@ -91,6 +91,7 @@ def test_every_version_written_records_exactly_its_change(spark, warehouse, gene
         assert not feed_problems(source(warehouse, name), spark), name
 
 
+@pytest.mark.long  # the generator written twice over; make test-long
 def test_sparks_merge_writes_the_same_batch(spark, warehouse, tmp_path_factory, copy_tpch, first_batch):
     fresh = copy_tpch(str(tmp_path_factory.mktemp("spark-writer")))
     again = ChangeGenerator(spark, fresh, seed=SEED, fraction=0.001, writer="spark").apply_batch(1, batch_time(1))

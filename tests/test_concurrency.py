@@ -37,6 +37,8 @@ from tests.reliability import (
 from tests.support import assert_matches_recompute
 from tests.worker import Child, parent_jars
 
+pytestmark = pytest.mark.long  # make test-long (CI runs it after make test)
+
 DEFINITIONS = {name: PIPELINE[name] for name in ("agg", "j", "dist")}
 
 

@@ -34,6 +34,8 @@ from tests.reliability import (
 from tests.support import SUMMARIES, assert_matches_recompute
 from tests.worker import Child, parent_jars
 
+pytestmark = pytest.mark.long  # make test-long (CI runs it after make test)
+
 # (kill point, table it fires for): each table in turn, each point once. `agg` is the first table
 # to run (join + aggregate), `j` a multiset join, `dist` the DISTINCT that reads `j`.
 MATRIX = (

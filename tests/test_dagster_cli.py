@@ -25,6 +25,8 @@ from ops.tpch import TPCH_TABLES
 from tests.support import assert_matches_recompute, child_environment
 from tests.test_dagster_assets import PARTITIONS, TABLES, change_orders, engine_for, write_folder
 
+pytestmark = pytest.mark.long  # make test-long (CI runs it after make test)
+
 REPOSITORY = Path(__file__).resolve().parent.parent
 DAGSTER = str(Path(sys.executable).parent / "dagster")
 LINEAGE_QUERY = "{ assetNodes { assetKey { path } dependencyKeys { path } } }"

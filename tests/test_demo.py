@@ -29,6 +29,8 @@ from epochal.storage.ledger import Ledger
 from epochal.storage.warehouse import Warehouse
 from tests.support import child_environment
 
+pytestmark = pytest.mark.long  # make test-long (CI runs it after make test)
+
 REPOSITORY = Path(__file__).resolve().parent.parent
 BATCHES = 3  # the first partition is a table's first epoch; 2 and 3 are applied as one epoch
 TABLES = ("tpch_q10", "returns_by_nation")

@@ -57,13 +57,13 @@ AGGREGATES_AND_SETS = {
 
 
 @SLOW
-@given(epochs=epoch_lists(min_size=2, max_size=3))
+@given(epochs=epoch_lists(min_size=2, max_size=2))
 def test_joins_and_subqueries_match_recompute(spark, warehouse, epochs):
     run_epochs(spark, warehouse, JOINS_AND_SUBQUERIES, epochs)
 
 
 @SLOW
-@given(epochs=epoch_lists(min_size=2, max_size=3))
+@given(epochs=epoch_lists(min_size=2, max_size=2))
 def test_aggregates_sets_topk_windows_match_recompute(spark, warehouse, epochs):
     run_epochs(spark, warehouse, AGGREGATES_AND_SETS, epochs)
 

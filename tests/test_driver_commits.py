@@ -30,7 +30,7 @@ COLUMNS = ["k", "g", "d"]
 ROW = st.tuples(st.one_of(st.none(), st.integers(0, 3)), st.sampled_from([None, "x", "Y"]),
                 st.one_of(st.none(), st.sampled_from([Decimal("1.50"), Decimal("-2.25")])))
 INITIAL = [(1, "x", Decimal("1.50")), (1, "x", Decimal("1.50")), (None, None, None), (2, "Y", None)]
-SETTINGS = settings(max_examples=int(os.environ.get("EPOCHAL_EXAMPLES", "2")) * 3, deadline=None,
+SETTINGS = settings(max_examples=int(os.environ.get("EPOCHAL_EXAMPLES", "2")), deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
 

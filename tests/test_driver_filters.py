@@ -152,13 +152,13 @@ def _held_against_spark(spark, predicates, extra):
 
 # A batch of predicates per example, judged by Spark in one job: 20 x 4 predicates, as many as
 # one per example over 80 examples, at a quarter of the Spark jobs.
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=8, deadline=None)
 @given(batch=st.lists(predicates(atoms()), min_size=4, max_size=4), extra=st.lists(ROW, max_size=6))
 def test_a_predicate_applied_on_the_driver_keeps_what_sparks_filter_keeps(spark, batch, extra):
     _held_against_spark(spark, batch, extra)
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=6, deadline=None)
 @given(batch=st.lists(predicates(new_atoms()), min_size=4, max_size=4), extra=st.lists(ROW, max_size=6))
 def test_widened_comparisons_and_substrings_keep_what_sparks_filter_keeps(spark, batch, extra):
     _held_against_spark(spark, batch, extra)

@@ -77,7 +77,7 @@ def _bag(table) -> Counter:
     return Counter(zip(*[table.column(c).to_pylist() for c in table.column_names]))
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=8, deadline=None)
 @given(condition=CONDITIONS, start=st.sampled_from([0, 1, 2]), a=_rows(0), b=_rows(1), c=_rows(2))
 def test_a_join_term_on_the_driver_holds_what_sparks_join_holds(spark, condition, start, a, b, c):
     node = _join(condition)
@@ -107,7 +107,7 @@ SEMI_CONDITIONS = st.sampled_from([
 ])
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=10, deadline=None)
 @given(condition=SEMI_CONDITIONS, anti=st.booleans(), a=_rows(0), b=_rows(1))
 def test_a_semi_or_anti_join_on_the_driver_keeps_what_sparks_keeps(spark, condition, anti, a, b):
     from epochal.driver.joins import semi_join_rows
@@ -133,7 +133,7 @@ OUTER_CONDITIONS = st.sampled_from([
 ])
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=8, deadline=None)
 @given(condition=OUTER_CONDITIONS, side=st.sampled_from(["left", "right", "full"]), a=_rows(0), b=_rows(1))
 def test_an_outer_join_on_the_driver_holds_what_sparks_holds(spark, condition, side, a, b):
     """NULL keys match nothing, a residual is part of ON (a row whose matches it rejects is kept,

@@ -84,7 +84,7 @@ def _project(held: pa.Table, expression: str, data):
     return driver_project(held, [sqlglot.parse_one(expression, read="spark")], ["c"], [spark_type])
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=8, deadline=None)
 @given(expressions=st.lists(EXPRESSIONS, min_size=5, max_size=5), rows=st.lists(ROW, min_size=1, max_size=8))
 def test_a_projection_on_the_driver_gives_sparks_values_and_types(spark, expressions, rows):
     _held_against_spark(spark, expressions, rows)
@@ -94,7 +94,7 @@ WIDE_OPERANDS = st.sampled_from(["w", "e", "k", "t", "(p * d)", "(p * (1 - d))",
 WIDE = st.tuples(WIDE_OPERANDS, st.sampled_from(["+", "-", "*"]), WIDE_OPERANDS).map(" ".join)
 
 
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=4, deadline=None)
 @given(expressions=st.lists(WIDE, min_size=5, max_size=5), rows=st.lists(ROW, min_size=1, max_size=8))
 def test_an_outermost_operation_past_38_digits_gives_sparks_values(spark, expressions, rows):
     """Operands whose sum or product Spark types past 38 digits and fits to decimal(38, s): the

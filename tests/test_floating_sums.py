@@ -24,7 +24,11 @@ def _exactly(engine) -> None:
     assert got == want, f"held {sorted(got.items(), key=str)}; recomputed {sorted(want.items(), key=str)}"
 
 
-@pytest.mark.parametrize("path", ["driver", "spark"])
+# the Spark path (many more jobs per epoch) runs in make test-long
+PATHS = ["driver", pytest.param("spark", marks=pytest.mark.long)]
+
+
+@pytest.mark.parametrize("path", PATHS)
 def test_nan_and_infinities_leave_a_sum_through_a_recompute(spark, warehouse, path):
     root = f"{warehouse}/{uuid.uuid4().hex[:8]}"
     source = SyntheticSource(spark, f"{root}/sources/t", "id int, k int, x double",

@@ -188,6 +188,7 @@ def test_passes_are_named_and_idempotent():
 COMPARED = {name: DEFINITIONS[name] for name in ("joined", "joined_agg", "by_group", "pairs", "both", "keyed", "keyed_sum")}
 
 
+@pytest.mark.long  # a differential run of both plans; make test-long
 @settings(max_examples=1, deadline=None, suppress_health_check=list(__import__("hypothesis").HealthCheck))
 @given(epochs=epoch_lists(min_size=3, max_size=3))  # one example: a random one, not the simplest (no change)
 def test_optimized_and_naive_plans_give_identical_tables(spark, warehouse, epochs):

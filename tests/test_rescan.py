@@ -206,6 +206,7 @@ def test_cost_rescans_a_sixty_percent_change(spark, warehouse):
     assert {r.technique for r in refreshed(engine).values()} == {"incremental"}
 
 
+@pytest.mark.long  # many measured epochs; make test-long
 def test_cost_model_rescans_a_change_its_history_says_is_cheaper_to_recompute(spark, warehouse):
     """The model's history: the first run (a rescan) and one incremental step of one change row.
     A change of 400 rows is then estimated at 400x that step's seconds, far above the rescan: the

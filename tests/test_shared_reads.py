@@ -47,7 +47,7 @@ def _comparable_rows(rows) -> Counter:
     return Counter(tuple("NaN" if isinstance(v, float) and v != v else v for v in row) for row in rows)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=10, deadline=None)
 @given(rows=st.lists(BATCH_ROW, max_size=12))
 def test_a_change_batch_consolidated_on_the_driver_equals_sparks(spark, rows):
     """consolidate_rows groups as Spark's consolidate does: NULL equal to NULL, -0.0 equal to 0.0,
@@ -105,7 +105,7 @@ def held_reads(changed_table) -> SharedReads:
     return SharedReads(None, driver_rows=1_000, columns={changed_table: {"k", "g"}})
 
 
-@settings(SLOW, max_examples=10 * EXAMPLES)
+@settings(SLOW, max_examples=4 * EXAMPLES)
 @given(keys=st.lists(st.integers(0, 8), max_size=5, unique=True), nulls=st.booleans(),
        version=st.integers(0, 3))
 def test_a_restricted_read_holds_every_row_of_its_keys(spark, changed_table, held_reads, keys, nulls, version):
@@ -129,7 +129,7 @@ def scanned_reads(changed_table) -> SharedReads:
     return SharedReads(None, driver_rows=1, key_rows=1_000, columns={changed_table: {"k", "g"}})
 
 
-@settings(SLOW, max_examples=10 * EXAMPLES)
+@settings(SLOW, max_examples=4 * EXAMPLES)
 @given(keys=st.lists(st.integers(0, 8), max_size=5, unique=True), nulls=st.booleans(),
        version=st.integers(0, 3), budget=st.sampled_from([0, 1 << 20]))
 def test_keys_read_from_a_version_held_whole_are_every_row_of_them(spark, changed_table, scanned_reads, keys,
@@ -231,7 +231,7 @@ def row_grouped_table(spark, warehouse) -> str:
 
 
 @pytest.mark.parametrize("layout", ["clustered_table", "row_grouped_table"])
-@settings(SLOW, max_examples=10 * EXAMPLES)
+@settings(SLOW, max_examples=4 * EXAMPLES)
 @given(keys=st.lists(st.integers(-2, 210), max_size=6, unique=True), nulls=st.booleans(),
        version=st.integers(0, 2), column=st.sampled_from(["k", "day"]))
 def test_a_restricted_read_skipping_files_and_row_groups_finds_every_row(spark, request, layout, keys, nulls,
@@ -283,6 +283,7 @@ RESTRICTED = {name: DEFINITIONS[name] for name in ("joined", "joined_agg", "diam
 DRIVER_ROWS = 2  # the synthetic sources (6 and 5 rows) are too large to be read whole on the driver
 
 
+@pytest.mark.long  # a further differential run; make test-long
 @SLOW
 @given(epochs=epoch_lists(min_size=2, max_size=3))
 def test_co_generators_read_for_their_keys_on_the_driver_match_recompute(spark, warehouse, epochs):
@@ -294,6 +295,7 @@ def test_co_generators_read_for_their_keys_on_the_driver_match_recompute(spark, 
     run_epochs(spark, warehouse, RESTRICTED, epochs, driver_rows=DRIVER_ROWS, arrange_rows=0)
 
 
+@pytest.mark.long  # the reads counted over a further run; make test-long
 def test_restricted_reads_are_made_and_counted(spark, warehouse):
     """A key changed on each side: the join terms and the semi-joins read the other side's rows of
     that key as restricted versions (the step's cost counts them), and the tables stay exact."""

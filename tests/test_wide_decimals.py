@@ -40,10 +40,12 @@ def _exactly(engine, name: str) -> None:
 
 
 SCALES = [10, 18] if os.environ.get("EPOCHAL_CONFORMANCE_ROUNDS") else [None]  # None: drawn
+# the Spark path (many more jobs per epoch) runs in make test-long
+PATHS = ["driver", pytest.param("spark", marks=pytest.mark.long)]
 
 
 @pytest.mark.parametrize("fixed_scale", SCALES)
-@pytest.mark.parametrize("path", ["driver", "spark"])
+@pytest.mark.parametrize("path", PATHS)
 @settings(max_examples=1, deadline=None, phases=[Phase.generate],  # a seed does not shrink
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 2 ** 32 - 1), drawn_scale=st.sampled_from([10, 18]))
@@ -74,7 +76,7 @@ def test_wide_decimal_sums_and_averages_are_exact_after_every_epoch(spark, wareh
         _exactly(engine, "overall")
 
 
-@pytest.mark.parametrize("path", ["driver", "spark"])
+@pytest.mark.parametrize("path", PATHS)
 def test_a_sum_past_its_type_refuses_the_step_and_the_table_is_recomputed(spark, warehouse, path):
     """Spark's SUM of DECIMAL(38,0) past 38 digits is NULL (ANSI off): the state then no longer
     holds the sum, so every step that would add to it is refused (NOT_EXACT) before anything is
