@@ -71,7 +71,7 @@ def main(argv=None) -> None:
             shutil.rmtree(path, ignore_errors=True)
             write_deltalake(str(path), table, writer_properties=WriterProperties(max_row_group_size=group))
             reads = SharedReads(driver_rows=10_000_000)
-            restricted, found = _timed(lambda: reads._restricted(str(path), 0, "l_orderkey", keys, False),
+            restricted, found = _timed(lambda: reads._scan_for_keys(str(path), 0, "l_orderkey", keys, False),
                                        arguments.repeat)
             dataset = DeltaTable(str(path)).to_pyarrow_dataset()
             condition = ds.field("l_orderkey").isin(pa.array(keys, pa.int64()))

@@ -114,7 +114,7 @@ def test_a_restricted_read_holds_every_row_of_its_keys(spark, changed_table, hel
 
 def assert_reads_exactly_its_keys(spark, reads: SharedReads, path: str, keys: list, nulls: bool, version: int):
     schema = spark.read.format("delta").load(path).schema
-    restricted = reads.restricted(spark, path, version, schema, "k", tuple(sorted(keys)), nulls)
+    restricted = reads.keys_frame(spark, path, version, schema, "k", tuple(sorted(keys)), nulls)
     assert restricted is not None
     assert sorted(restricted.columns) == ["g", "k"]
     wanted = F.col("k").isin(keys) | (F.col("k").isNull() if nulls else F.lit(False))
@@ -144,7 +144,7 @@ def test_a_version_scanned_twice_is_held_whole_within_its_budget(spark, changed_
     for budget, held in ((1 << 20, True), (0, False)):
         reads = SharedReads(None, driver_rows=1, key_rows=1_000, columns={path: {"k", "g"}}, held_bytes=budget)
         for keys in ((1,), (2,), (5, 6)):
-            found = reads.restricted(spark, path, 2, schema, "k", keys)
+            found = reads.keys_frame(spark, path, 2, schema, "k", keys)
             assert as_multiset(found.select("k", "g")) == as_multiset(
                 spark.read.format("delta").option("versionAsOf", 2).load(path).filter(F.col("k").isin(list(keys)))
                 .select("k", "g"))
@@ -158,9 +158,9 @@ def test_a_version_scanned_twice_is_held_whole_within_its_budget(spark, changed_
 def test_a_restricted_read_beyond_its_rows_is_left_to_spark(spark, changed_table):
     path = changed_table
     schema = spark.read.format("delta").load(path).schema
-    assert SharedReads(None, driver_rows=5, key_rows=5).restricted(spark, path, 0, schema, "k", (1, 2)) is None
-    assert SharedReads(None, driver_rows=5).restricted(spark, path, 0, schema, "k", (1, 2)) is not None  # 10 x 5 rows
-    assert SharedReads(None, driver_rows=5).restricted(spark, path, 0, schema, "g", (1, 2)) is None  # int keys, string column
+    assert SharedReads(None, driver_rows=5, key_rows=5).keys_frame(spark, path, 0, schema, "k", (1, 2)) is None
+    assert SharedReads(None, driver_rows=5).keys_frame(spark, path, 0, schema, "k", (1, 2)) is not None  # 10 x 5 rows
+    assert SharedReads(None, driver_rows=5).keys_frame(spark, path, 0, schema, "g", (1, 2)) is None  # int keys, string column
 
 
 def test_keys_whose_subset_was_refused_are_not_read_again(spark, changed_table):
@@ -170,14 +170,14 @@ def test_keys_whose_subset_was_refused_are_not_read_again(spark, changed_table):
     schema = spark.read.format("delta").load(path).schema
     reads = SharedReads(None, driver_rows=5, key_rows=8)  # keys 1 and 2: 7 and 8 rows
     made = []
-    timed_read = reads._timed_read
-    reads._timed_read = lambda *arguments: made.append(arguments[3]) or timed_read(*arguments)
-    assert reads.restricted(spark, path, 0, schema, "k", (1, 2)) is None
+    timed_read = reads._read_for_keys
+    reads._read_for_keys = lambda *arguments: made.append(arguments[3]) or timed_read(*arguments)
+    assert reads.keys_frame(spark, path, 0, schema, "k", (1, 2)) is None
     assert made == [(1, 2)]
-    assert reads.restricted(spark, path, 0, schema, "k", (1, 2, 5)) is None
-    assert reads.restricted(spark, path, 0, schema, "k", (1, 2), nulls=True) is None
+    assert reads.keys_frame(spark, path, 0, schema, "k", (1, 2, 5)) is None
+    assert reads.keys_frame(spark, path, 0, schema, "k", (1, 2), nulls=True) is None
     assert made == [(1, 2)]
-    single = reads.restricted_rows(path, 0, "k", (1,))
+    single = reads.keys_rows(path, 0, "k", (1,))
     assert made[-1] == (1,) and single is not None and set(single.column("k").to_pylist()) == {1}
 
 
@@ -242,7 +242,7 @@ def test_a_restricted_read_skipping_files_and_row_groups_finds_every_row(spark, 
     version = min(version, {"clustered_table": 2, "row_grouped_table": 1}[layout])
     schema = spark.read.format("delta").load(path).schema
     values = tuple(sorted(keys)) if column == "k" else tuple(sorted(date(2020, 1, 1) + timedelta(days=k) for k in keys))
-    restricted = SharedReads(None, driver_rows=1, key_rows=1_000).restricted(
+    restricted = SharedReads(None, driver_rows=1, key_rows=1_000).keys_frame(
         spark, path, version, schema, column, values, nulls)  # too large to hold whole: scanned for the keys
     assert restricted is not None
     wanted = F.col(column).isin(list(values)) | (F.col(column).isNull() if nulls else F.lit(False))

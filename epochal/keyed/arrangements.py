@@ -2,7 +2,7 @@
 small row groups, so that a change batch's random keys read a bounded number of rows.
 
 A join term `d_i ⋈ other inputs` reads each other input for the keys of its change batch
-(shared_reads.SharedReads.restricted). Random keys touch every file and every row group of a
+(shared_reads.SharedReads.keys_frame). Random keys touch every file and every row group of a
 table laid out otherwise, so that read grows with the table, with pyarrow's `isin` and through
 Spark alike. Sorted by the key in row groups of ROW_GROUP rows, the row groups whose statistics
 miss every key are skipped and the same read costs about keys x ROW_GROUP rows at any size, a

@@ -11,7 +11,7 @@ methods return None); Spark also has the last word on ranges Delta refuses to re
 (reasons.refusals).
 
 A large table is read here too when only the rows holding some key values are wanted (a join
-term's co-generators, an affected-key recompute): `restricted` scans one version once for one key
+term's co-generators, an affected-key recompute): `keys_frame` scans one version once for one key
 set, with the columns every table of the refresh reads from it, and shares the few rows it finds.
 Through Spark each join term and table paid a full scan for those rows (random keys touch every
 file, so Delta's file skipping saves nothing), at two versions; pyarrow scans the same rows on
@@ -196,7 +196,7 @@ class SharedReads:
             return None
         return values.cast(target)  # raises where a value does not fit: Spark's to read
 
-    def _restricted(self, path: str, version: int, field: str, keys: tuple, nulls: bool) -> pa.Table | None:
+    def _scan_for_keys(self, path: str, version: int, field: str, keys: tuple, nulls: bool) -> pa.Table | None:
         try:
             table = DeltaTable(path, version=version, storage_options=self.storage_options)
             if not delta_rs_reads_alike(table):
@@ -245,12 +245,12 @@ class SharedReads:
         by_name = {name.lower(): name for name in names}
         return [by_name[c.lower()] for c in sorted(wanted | {field}) if c.lower() in by_name] if wanted else list(names)
 
-    def _timed_read(self, path: str, version: int, field: str, keys: tuple, nulls: bool) -> pa.Table | None:
+    def _read_for_keys(self, path: str, version: int, field: str, keys: tuple, nulls: bool) -> pa.Table | None:
         began = time.perf_counter()
-        found = self._arranged(path, version, field, keys, nulls)
+        found = self._arrangement_rows(path, version, field, keys, nulls)
         how = "from its arrangement"
         if found is None:
-            found, how = self._restricted(path, version, field, keys, nulls), "by a scan"
+            found, how = self._scan_for_keys(path, version, field, keys, nulls), "by a scan"
         if found is not None and path in self.columns:
             # an input of the refresh's plans (not a state table) whose keys' rows fit on the
             # driver: worth arranging (a key whose rows do not, as a nation key's, is Spark's anyway)
@@ -260,8 +260,8 @@ class SharedReads:
                   len(keys), field, how, "too many" if found is None else found.num_rows, time.perf_counter() - began)
         return found
 
-    def _arranged(self, path: str, version: int, field: str, keys: tuple, nulls: bool) -> pa.Table | None:
-        """`_restricted`'s rows read from the input's arrangement by `field` (arrangements.py), or
+    def _arrangement_rows(self, path: str, version: int, field: str, keys: tuple, nulls: bool) -> pa.Table | None:
+        """`_scan_for_keys`'s rows read from the input's arrangement by `field` (arrangements.py), or
         None where none serves this version and these columns."""
         if self.arrangements is None or path not in self.columns or not keys:
             return None
@@ -287,7 +287,7 @@ class SharedReads:
         except (pa.ArrowException, ValueError):
             return None
 
-    def arranged(self, path: str, field: str, version: int) -> bool:
+    def is_arranged(self, path: str, field: str, version: int) -> bool:
         """Whether an arrangement serves reads of `path` by `field` as of `version`."""
         if self.arrangements is None or path not in self.columns:
             return False
@@ -301,8 +301,8 @@ class SharedReads:
         (other tables, other terms) filter the held rows instead of scanning again."""
         whole = self.snapshot_rows(path, version)
         if whole is not None:  # a small version is held whole: its rows of these keys
-            return self._keys_of(whole, path, field, keys, nulls)
-        found = self._keys_of(self._reads.get(("read columns", path, version)), path, field, keys, nulls)
+            return self._held_rows_of_keys(whole, path, field, keys, nulls)
+        found = self._held_rows_of_keys(self._reads.get(("read columns", path, version)), path, field, keys, nulls)
         if found is not None:
             return self._bounded(found)
         slot = ("restricted", path, version, field)
@@ -320,19 +320,19 @@ class SharedReads:
                     ordered = tuple(sorted(union))
                 except TypeError:  # values of unlike types: read these keys alone
                     ordered = None
-                if (path, version) in self._scanned and held is not None and not self.arranged(path, field, version):
-                    found = self._keys_of(self._read_columns_whole(path, version, field, held[2]), path, field,
+                if (path, version) in self._scanned and held is not None and not self.is_arranged(path, field, version):
+                    found = self._held_rows_of_keys(self._read_columns_whole(path, version, field, held[2]), path, field,
                                           keys, nulls)
                     if found is not None:
                         return self._bounded(found)
-                data = self._timed_read(path, version, field, ordered, union_nulls) if ordered is not None else None
+                data = self._read_for_keys(path, version, field, ordered, union_nulls) if ordered is not None else None
                 self._scanned.add((path, version))
                 if data is None:  # the union is too many rows (or unlike): these keys alone, not held
                     if ordered is not None:
                         self._refuse(slot[1:], union, union_nulls)
                     if held is None and ordered is not None:
                         return None  # these keys were the union
-                    alone = self._timed_read(path, version, field, keys, nulls)
+                    alone = self._read_for_keys(path, version, field, keys, nulls)
                     if alone is None:
                         self._refuse(slot[1:], wanted, nulls)
                     return alone
@@ -340,8 +340,8 @@ class SharedReads:
             data = held[2]
         if held[0] == wanted and held[1] == nulls:
             return data
-        found = self._of_keys(data, field, keys, nulls)
-        return found if found is not None else self._timed_read(path, version, field, keys, nulls)
+        found = self._rows_of_keys(data, field, keys, nulls)
+        return found if found is not None else self._read_for_keys(path, version, field, keys, nulls)
 
     def _refuses(self, read: tuple, keys: frozenset, nulls: bool) -> bool:
         """Whether a read of `keys` must fail as one of their subsets did: more keys match at
@@ -355,9 +355,9 @@ class SharedReads:
         with self._guard:
             self._refused.setdefault(read, []).append((keys, nulls))
 
-    def _keys_of(self, whole: pa.Table | None, path: str, field: str, keys: tuple, nulls: bool) -> pa.Table | None:
+    def _held_rows_of_keys(self, whole: pa.Table | None, path: str, field: str, keys: tuple, nulls: bool) -> pa.Table | None:
         """The rows of `keys` in `whole` (a version held whole), with the columns a read of them returns."""
-        found = self._of_keys(whole, field, keys, nulls) if whole is not None else None
+        found = self._rows_of_keys(whole, field, keys, nulls) if whole is not None else None
         return found.select(self._read_columns(path, found.schema.names, field)) if found is not None else None
 
     def _bounded(self, found: pa.Table | None) -> pa.Table | None:
@@ -393,7 +393,7 @@ class SharedReads:
         except (DeltaError, OSError, ValueError, pa.ArrowException):
             return None
 
-    def _of_keys(self, data: pa.Table, field: str, keys: tuple, nulls: bool) -> pa.Table | None:
+    def _rows_of_keys(self, data: pa.Table, field: str, keys: tuple, nulls: bool) -> pa.Table | None:
         """The rows of `data` whose `field` is one of `keys` (or NULL, with `nulls`); None where
         is_in would not decide as Spark's equality does."""
         names = [c for c in data.column_names if c.lower() == field.lower()]
@@ -408,22 +408,22 @@ class SharedReads:
             mask = pc.or_(mask, pc.is_null(column))
         return data.filter(pc.fill_null(mask, False))
 
-    def restricted(self, spark, path: str, version: int, schema: StructType, field: str, keys: tuple,
+    def keys_frame(self, spark, path: str, version: int, schema: StructType, field: str, keys: tuple,
                    nulls: bool = False) -> DataFrame | None:
         """The rows of the table as of `version` whose `field` is one of `keys` (sorted, distinct,
         non-NULL; with `nulls`, also the rows where it is NULL), as a local relation with the
         columns the refresh reads, or None when they are too many or Spark's to read."""
-        found = self.restricted_with_rows(spark, path, version, schema, field, keys, nulls)
+        found = self.keys_frame_and_rows(spark, path, version, schema, field, keys, nulls)
         return found[0] if found is not None else None
 
-    def restricted_rows(self, path: str, version: int, field: str, keys: tuple, nulls: bool = False) -> pa.Table | None:
-        """`restricted`'s rows as Arrow (every column the refresh reads, or every column of a
+    def keys_rows(self, path: str, version: int, field: str, keys: tuple, nulls: bool = False) -> pa.Table | None:
+        """`keys_frame`'s rows as Arrow (every column the refresh reads, or every column of a
         table no plan reads, such as a state table), or None."""
         return self._covering(path, version, field, keys, nulls)
 
-    def restricted_with_rows(self, spark, path: str, version: int, schema: StructType, field: str, keys: tuple,
+    def keys_frame_and_rows(self, spark, path: str, version: int, schema: StructType, field: str, keys: tuple,
                              nulls: bool = False) -> tuple[DataFrame, pa.Table] | None:
-        """`restricted`, and the same rows as Arrow (the table's column names)."""
+        """`keys_frame`, and the same rows as Arrow (the table's column names)."""
         data = self._covering(path, version, field, keys, nulls)
         if data is None:
             return None

@@ -105,7 +105,7 @@ class StateStore:
             raise StateMissing(f"state table {path} is missing")
         data = self.reads.snapshot_rows(path, version)
         if data is None and column is not None and wanted is not None:
-            data = self.reads.restricted_rows(path, version, column, *wanted)
+            data = self.reads.keys_rows(path, version, column, *wanted)
         return data
 
     def latest_on_driver(self, name: str, keys: list[str], wanted: list[tuple]) -> dict[tuple, dict] | None:

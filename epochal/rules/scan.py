@@ -90,7 +90,7 @@ class ScanRule(Rule):
 
     def held_snapshot(self, node: Scan, ctx, side, column, keys):
         """The version's rows whose `column` is one of the keys, read on the driver once per
-        refresh for every step asking (SharedReads.restricted_with_rows), through `held_read`:
+        refresh for every step asking (SharedReads.keys_frame_and_rows), through `held_read`:
         filtered there, so fewer keys go onward; None for a key type Arrow and Spark may not
         compare alike (floating point: -0.0 and NaN; timestamps: time zones), or too many keys."""
         if column not in node.columns:
@@ -105,7 +105,7 @@ class ScanRule(Rule):
         if wanted is None or len(wanted[0]) > MAX_KEYS:
             return None
         values, nulls = wanted
-        found = ctx.memo(node, ("restricted", version, field, values, nulls), lambda: ctx.reads.restricted_with_rows(
+        found = ctx.memo(node, ("restricted", version, field, values, nulls), lambda: ctx.reads.keys_frame_and_rows(
             ctx.spark, source.path, version, source.schema, field, values, nulls))
         if found is None:
             return None
