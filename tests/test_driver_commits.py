@@ -16,6 +16,7 @@ from decimal import Decimal
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from deltalake import DeltaTable
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql.types import LongType, StructField, StructType
@@ -68,8 +69,6 @@ def _multiset_source(spark, path: str, change: Counter, seq: int, shaped_on: str
     """The MERGE source of a multiset change, shaped as the engine shapes it: by Spark
     (writes.multiset_source), or on the driver (driver_commits.multiset_rows) with the copies
     counted from a delta-rs read of the table (odd seq) or by Spark (writes.copies_in)."""
-    from deltalake import DeltaTable
-
     frame = _change_frame(spark, change)
     deletes = any(w < 0 for w in change.values())
     base = spark.read.format("delta").load(path) if deletes else None
@@ -185,8 +184,6 @@ def test_a_replacing_write_on_the_driver_makes_the_table_spark_would(spark, tmp_
     the table must be the one Spark's write creates (columns nullable, the same types, the change
     data feed on), take Spark's and delta-rs's later commits, skip a rerun of its step, and record
     an exact feed from its first version on, overwrites included."""
-    from deltalake import DeltaTable
-
     from epochal.protocol.writes import apply_multiset, replace_contents, writer
 
     frame = spark.createDataFrame(INITIAL, SCHEMA).selectExpr("k", "g", "d", "k IS NULL AS b", "date_from_unix_date(k) AS e",
@@ -217,3 +214,37 @@ def test_a_replacing_write_on_the_driver_makes_the_table_spark_would(spark, tmp_
     assert replace_contents(bigger.drop("t"), by_driver, "test/replace", 4, "tag", driver_rows=10)  # new schema
     assert as_multiset(spark.read.format("delta").load(by_driver)) == as_multiset(bigger.drop("t"))
     assert not replace_contents(bigger, f"{tmp_path}/over", "test/replace", 1, "tag", driver_rows=5)  # too many
+
+
+def test_a_nan_matches_every_nan_as_spark_compares_them(spark, tmp_path):
+    """x86 arithmetic on the driver (inf - inf in Python or numpy) yields a NaN with its sign bit
+    set, Spark writes the positive one; both are NaN, and Spark's `<=>` holds them equal. A
+    driver commit that deletes a row holding NaN must match the table's copy whichever NaN each
+    side carries (a rescan's diff once left the old NaN row in place beside the new one)."""
+    import numpy as np
+
+    negative_nan = np.array([0xFFF8000000000000], np.uint64).view(np.float64)
+    assert np.isnan(negative_nan[0]) and np.signbit(negative_nan[0])
+    schema = "k int, x double, y float"
+    columns = ["k", "x", "y"]
+    path = str(tmp_path / "nan")
+    spark.createDataFrame([(0, 1.0, 1.0)], schema).write.format("delta") \
+        .option("delta.enableChangeDataFeed", "true").save(path)
+    held = pa.table({"k": pa.array([1, 2], pa.int32()), "x": pa.array(np.repeat(negative_nan, 2)),
+                     "y": pa.array(np.repeat(negative_nan, 2)).cast(pa.float32())})
+    driver_commits.append(driver_commits.open_unwritten(path, "test/nan", 1), held, "test/nan", 1, "tag")
+    change_schema = StructType(list(spark.createDataFrame([], schema).schema.fields) + [StructField(WEIGHT, LongType())])
+    nan = float("nan")
+
+    multiset_change = spark.createDataFrame([(1, nan, nan, -1), (1, 2.0, 2.0, 1)], change_schema).toArrow()
+    copies = driver_commits.copies_of(DeltaTable(path).to_pyarrow_table(), multiset_change.slice(0, 1), columns)
+    assert list(copies.values()) == [1]
+    rows = driver_commits.multiset_rows(multiset_change, columns, copies)
+    driver_commits.merge_multiset(driver_commits.open_unwritten(path, "test/nan", 2), rows, columns, "test/nan", 2, "tag")
+
+    keyed_change = spark.createDataFrame([(2, nan, nan, -1)], change_schema)
+    source = keyed_source(keyed_change, columns, ["x"]).toArrow()
+    driver_commits.merge_keyed(driver_commits.open_unwritten(path, "test/nan", 3), source, columns, ["x"], "test/nan", 3, "tag")
+
+    assert sorted(spark.read.format("delta").load(path).collect()) == [(0, 1.0, 1.0), (1, 2.0, 2.0)]
+    assert not feed_problems(path, spark)

@@ -17,11 +17,15 @@ from tests.support import Oracle, SyntheticSource
 SQL = "SELECT k, sum(x) AS total, avg(x) AS mean, count(x) AS n FROM t GROUP BY k"
 
 
+WHOLE = "SELECT sum(x) AS total, avg(x) AS mean, count(*) AS n FROM t"
+
+
 def _exactly(engine) -> None:
-    names = [f.name for f in engine.table("by_k").schema.fields]
-    got = bag(stored(engine, "by_k"), names)
-    want = bag(Oracle(engine).frame("by_k").toArrow(), names)
-    assert got == want, f"held {sorted(got.items(), key=str)}; recomputed {sorted(want.items(), key=str)}"
+    for name in engine.tables():
+        names = [f.name for f in engine.table(name).schema.fields]
+        got = bag(stored(engine, name), names)
+        want = bag(Oracle(engine).frame(name).toArrow(), names)
+        assert got == want, f"{name}: held {sorted(got.items(), key=str)}; recomputed {sorted(want.items(), key=str)}"
 
 
 # the Spark path (many more jobs per epoch) runs in make test-long
@@ -52,3 +56,27 @@ def test_nan_and_infinities_leave_a_sum_through_a_recompute(spark, warehouse, pa
     step("rescan")
     source.insert([(7, 0, 0.5)])
     step("incremental")
+
+
+@pytest.mark.parametrize("arranged", [False, True], ids=["unarranged", "arranged"])
+def test_a_nan_row_is_replaced_not_kept_beside_its_successor(spark, warehouse, arranged):
+    """A table without a key (one row, every column a value) whose row holds NaN, through
+    recomputes: each recompute's difference deletes the old row by matching it whole, committed
+    on the driver (delta-rs) when it is small. The conformance suite found the NaN row held twice
+    there: the table's NaN had its sign bit set (x86's NaN of inf + -inf), the deleting row
+    carried the positive NaN (Spark normalizes NaN where it compares rows), and delta-rs compared
+    the two bit for bit where Spark holds every NaN equal."""
+    root = f"{warehouse}/{uuid.uuid4().hex[:8]}"
+    source = SyntheticSource(spark, f"{root}/sources/t", "id int, k int, x double",
+                             [(1, 0, 1.5), (2, 0, math.nan), (3, 1, 4.0), (4, None, math.inf), (5, 1, -math.inf)])
+    engine = Engine(spark, root, cost_model=False, driver_rows=50_000, arrange_rows=0 if arranged else None)
+    engine.source("t")
+    engine.define("by_k", SQL)
+    engine.define("whole", WHOLE)
+    engine.refresh()
+    _exactly(engine)
+    for change in (lambda: source.insert([(6, 0, 2.0)]), lambda: source.delete("id = 3"),
+                   lambda: source.insert([(7, None, 1.0), (8, 0, 0.25)]), lambda: source.delete("id IN (2, 4)")):
+        change()
+        engine.refresh()
+        _exactly(engine)

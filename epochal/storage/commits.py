@@ -63,8 +63,19 @@ def aligned(rows: pa.Table, table: DeltaTable, extra: tuple[str, ...] = ()) -> p
     return pa.Table.from_arrays(columns, schema=pa.schema(fields))
 
 
-def _same(columns, target: str = "t", source: str = "s") -> str:
-    return " AND ".join(f"({_column(c, target)} IS NOT DISTINCT FROM {_column(c, source)})" for c in columns) or "true"
+def _same(columns, table: DeltaTable, target: str = "t", source: str = "s") -> str:
+    """Spark's null-safe equality (`<=>`) of `columns` as a delta-rs predicate. DataFusion compares
+    floating point by IEEE total order, so a NaN with its sign bit set (what x86 arithmetic such as
+    inf - inf yields) differs from the positive NaN Spark or Python writes for the same value; Spark
+    holds every NaN equal, so floating-point columns match NaN to NaN explicitly."""
+    types = {field.name: field.type for field in pa.schema(table.schema().to_arrow())}
+
+    def same(c):
+        t, s = _column(c, target), _column(c, source)
+        equal = f"({t} IS NOT DISTINCT FROM {s})"
+        return f"({equal} OR (isnan({t}) AND isnan({s})))" if pa.types.is_floating(types[c]) else equal
+
+    return " AND ".join(map(same, columns)) or "true"
 
 
 def _hashable(value):
@@ -139,7 +150,7 @@ def merge_keyed(table: DeltaTable, rows: pa.Table, columns: list[str], key: list
     key's row); at most one row per key, as apply_keyed's source."""
     values = {_column(c): _column(c, "s") for c in columns}
     (
-        table.merge(aligned(rows, table, (OP,)), _same(key), source_alias="s", target_alias="t",
+        table.merge(aligned(rows, table, (OP,)), _same(key, table), source_alias="s", target_alias="t",
                     streamed_exec=False, commit_properties=_properties(app_id, seq, tag))
         .when_matched_delete(predicate=f"s.{OP} = 'delete'")
         .when_matched_update(updates=values)
@@ -153,7 +164,7 @@ def merge_multiset(table: DeltaTable, rows: pa.Table, columns: list[str], app_id
     rows never match and are added (one row per copy), as apply_multiset's source."""
     values = {_column(c): _column(c, "s") for c in columns}
     (
-        table.merge(aligned(rows, table, (OP,)), _same(columns) + f" AND s.{OP} = 'delete'", source_alias="s",
+        table.merge(aligned(rows, table, (OP,)), _same(columns, table) + f" AND s.{OP} = 'delete'", source_alias="s",
                     target_alias="t", streamed_exec=False, commit_properties=_properties(app_id, seq, tag))
         .when_matched_delete()
         .when_not_matched_insert(updates=values, predicate=f"s.{OP} = 'insert'")
