@@ -19,7 +19,16 @@ import pytest
 from deltalake import DeltaTable
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pyspark.sql.types import LongType, StructField, StructType
+from pyspark.sql.types import (
+    ArrayType,
+    DoubleType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+)
 
 from epochal.graph import WEIGHT
 from epochal.protocol.writes import copies_in, keyed_source, multiset_source
@@ -248,3 +257,13 @@ def test_a_nan_matches_every_nan_as_spark_compares_them(spark, tmp_path):
 
     assert sorted(spark.read.format("delta").load(path).collect()) == [(0, 1.0, 1.0), (1, 2.0, 2.0)]
     assert not feed_problems(path, spark)
+
+
+def test_floating_point_inside_nested_columns_is_left_to_sparks_merge():
+    """delta-rs compares an array, map or struct bit for bit, so NaN (and -0.0) inside one would
+    not match as Spark's `<=>` does: such columns are matched by Spark's MERGE instead."""
+    assert driver_commits.matches_as_spark([DoubleType(), IntegerType(), ArrayType(IntegerType()),
+                                            StructType([StructField("a", StringType())])])
+    for nested in (ArrayType(DoubleType()), MapType(StringType(), DoubleType()),
+                   StructType([StructField("a", ArrayType(DoubleType()))])):
+        assert not driver_commits.matches_as_spark([IntegerType(), nested])

@@ -175,7 +175,9 @@ def write_output(env: Environment, table, step: Step, change: DataFrame | None, 
         keyed = table.key is not None and step.technique == INCREMENTAL
         key = [columns[i] for i in table.key] if keyed else None
         meter.commits += 1
-        if inserted + deleted <= env.driver_rows:
+        matched = key if keyed else columns if deleted else []
+        if inserted + deleted <= env.driver_rows and \
+                driver_commits.matches_as_spark([f.dataType for f in table.schema.fields if f.name in matched]):
             meter.driver_commits += 1
             target = driver_commits.open_unwritten(table.path, app, step.seq, env.storage_options)
             if target is not None:  # else a crashed run of this step wrote it

@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 from deltalake.transaction import Transaction
+from pyspark.sql.types import ArrayType, DataType, DoubleType, FloatType, MapType, StructType
 
 from ..errors import StateInconsistent
 from ..graph import WEIGHT
@@ -76,6 +77,24 @@ def _same(columns, table: DeltaTable, target: str = "t", source: str = "s") -> s
         return f"({equal} OR (isnan({t}) AND isnan({s})))" if pa.types.is_floating(types[c]) else equal
 
     return " AND ".join(map(same, columns)) or "true"
+
+
+def matches_as_spark(types: list[DataType]) -> bool:
+    """Whether _same matches columns of these Spark types as Spark's `<=>` does: not where
+    floating point sits inside an array, map or struct (its NaN and -0.0 are compared bit for
+    bit there), for Spark's MERGE to match instead."""
+    def floats_within(t: DataType) -> bool:
+        if isinstance(t, (FloatType, DoubleType)):
+            return True
+        if isinstance(t, ArrayType):
+            return floats_within(t.elementType)
+        if isinstance(t, MapType):
+            return floats_within(t.keyType) or floats_within(t.valueType)
+        if isinstance(t, StructType):
+            return any(floats_within(f.dataType) for f in t.fields)
+        return False
+
+    return not any(isinstance(t, (ArrayType, MapType, StructType)) and floats_within(t) for t in types)
 
 
 def _hashable(value):
