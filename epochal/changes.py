@@ -143,6 +143,8 @@ class InputRange:
     before: int
     after: int
     schema: StructType
+    table_id: str | None = None  # Delta's metaData.id of the table read, where known
+    replaced: str | None = None  # the id the table's last step read, where a new table stands there now
 
     @property
     def changed(self) -> bool:

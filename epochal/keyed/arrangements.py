@@ -452,6 +452,33 @@ class Arrangements:
                 found.append(dict(key=entry.base_name, to=None, appends=None, columns=[], rows=0, files=0, bytes=0))
         return sorted(found, key=lambda a: a["key"])
 
+    def forget(self, source: str) -> int:
+        """Delete every arrangement of `source`: a new table stands at its path (deleted and
+        created again), whose versions say nothing about the rows arranged. Returns how many."""
+        try:
+            filesystem, root = pafs.FileSystem.from_uri(self.root)
+            entries = filesystem.get_file_info(pafs.FileSelector(root, allow_not_found=True))
+        except (pa.ArrowException, OSError, ValueError):
+            return 0
+        prefix, dropped = self._prefix(source), 0
+        for entry in entries:
+            if entry.type != pafs.FileType.Directory or not entry.base_name.startswith(prefix):
+                continue
+            path = f"{self.root}/{entry.base_name}"
+            try:
+                meta = json.loads(DeltaTable(path, storage_options=self.storage_options).history(1)[0]
+                                  .get("userMetadata") or "{}")
+            except (DeltaError, OSError, ValueError):
+                meta = {}
+            if meta.get("source", "").rstrip("/") != source.rstrip("/"):
+                continue
+            with self._guard:
+                self._chains.pop(path, None)
+                self._distrusted.discard(path)
+            filesystem.delete_dir(entry.path)
+            dropped += 1
+        return dropped
+
     def _written(self, source: str, key: str) -> None:
         """Forget the cached chain: the arrangement has a new commit."""
         with self._guard:

@@ -35,6 +35,7 @@ from ..changes import InputRange
 from ..errors import EpochError, StateInconsistent, StrictModeError
 from ..keyed.state import StateMissing, StateStore
 from ..metrics import Meter, metered
+from ..storage.deltalog import DeltaLog
 from ..storage.ledger import ABANDONED, COMMITTED, INCREMENTAL, NOOP, RESCAN, STARTED, Step
 from ..storage.reclock import Epoch
 from . import cost, rescan
@@ -101,15 +102,21 @@ def _report(table, step: Step, seconds: float, note: str | None = None) -> Repor
 
 
 def input_ranges(env: Environment, table, last: Step | None, epoch: Epoch) -> dict[str, InputRange]:
+    """Per input, the versions this step reads and the identity of the table read. An input
+    whose Delta table id differs from the one the last step recorded is a new table at the same
+    path (deleted and created again): its versions count from 0 again, so nothing of the last
+    step's range carries over (`replaced`, before -1)."""
     ranges = {}
     for name in table.compiled.inputs:
-        before = last.inputs[name]["to"] if last is not None and name in last.inputs else -1
+        recorded = last.inputs[name] if last is not None and name in last.inputs else {}
+        before = recorded.get("to", -1)
         if name in env.sources:
             source = env.sources[name]
             if name not in epoch.frontiers:
                 raise EpochError(f"epoch {epoch.key} has no frontier for source {name!r} (internal error)")
             after = epoch.frontiers[name] - 1
             path, kind = source.path, "source"
+            table_id = epoch.table_ids.get(name)
         else:
             upstream = env.table(name)
             applied = upstream.ledger.at_epoch(epoch.key)
@@ -121,8 +128,19 @@ def input_ranges(env: Environment, table, last: Step | None, epoch: Epoch) -> di
                 )
             after = applied.output_version
             path, kind = upstream.path, "derived"
-        ranges[name] = InputRange(name, path, kind, before, max(after, before), env.schema_of(name))
+            log = DeltaLog.open(path, env.storage_options)
+            table_id = log.table_id if log is not None else None
+        was = recorded.get("id")
+        replaced = was if was is not None and table_id is not None and was != table_id else None
+        if replaced is not None:
+            before = -1
+        ranges[name] = InputRange(name, path, kind, before, max(after, before), env.schema_of(name), table_id, replaced)
     return ranges
+
+
+def _recorded(r: InputRange) -> dict:
+    """What the ledger keeps of an input range."""
+    return {"from": r.before, "to": r.after, **({"id": r.table_id} if r.table_id is not None else {})}
 
 
 def _decide(table, last: Step | None, inputs: dict[str, InputRange], full_refresh: bool,
@@ -137,6 +155,10 @@ def _decide(table, last: Step | None, inputs: dict[str, InputRange], full_refres
         changed = settings.difference((last.detail or {}).get("settings"), now or settings.current(env.spark))
         if changed is not None:
             return RESCAN, f"{settings.SETTINGS_CHANGED}: {changed}"
+    for r in inputs.values():
+        if r.replaced is not None:
+            return RESCAN, (f"{reasons.SOURCE_REWRITTEN}: {r.kind} {r.name!r} at {r.path} is a new Delta table "
+                            f"(id {r.table_id}, was {r.replaced}): it was deleted and created again")
     if not any(r.changed for r in inputs.values()):
         return NOOP, ""
     if table.compiled.plan is None:
@@ -174,6 +196,9 @@ def run(env: Environment, table, epoch: Epoch, *, full_refresh: bool = False) ->
         last = ledger.last_committed(steps)
 
     inputs = input_ranges(env, table, last, epoch)
+    for r in inputs.values():
+        if r.replaced is not None and env.arrangements is not None:  # they hold the old table's rows
+            env.arrangements.forget(r.path)
     now = settings.current(env.spark)  # decides the step and is recorded with it
     technique, reason = _decide(table, last, inputs, full_refresh, env, now)
     if technique == RESCAN and table.strict and reason != "FIRST_RUN":
@@ -186,7 +211,7 @@ def run(env: Environment, table, epoch: Epoch, *, full_refresh: bool = False) ->
         technique=technique,
         reason=reason,
         fingerprint=table.compiled.fingerprint,
-        inputs={name: {"from": r.before, "to": r.after} for name, r in inputs.items()},
+        inputs={name: _recorded(r) for name, r in inputs.items()},
         output_version=last.output_version if last else -1,
         state_versions=dict(last.state_versions) if last else {},
         run_id=env.run_id,
@@ -237,6 +262,7 @@ def _ranges_of(env: Environment, table, step: Step) -> dict[str, InputRange]:
             versions["from"],
             versions["to"],
             env.schema_of(name),
+            versions.get("id"),
         )
         for name, versions in step.inputs.items()
     }

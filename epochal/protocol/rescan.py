@@ -9,7 +9,8 @@ adds, for a step that would otherwise be incremental:
   removed (VACUUM); or the range crosses a schema change Delta will not read change data across
   (a type change, rename or drop of a column the query does not read).
 - SOURCE_REWRITTEN: an input was overwritten or replaced, truncated, restored, recreated, or a
-  column the query reads changed type. A new column, or any change to a column the query does not
+  column the query reads changed type. (A table deleted and created again at the same path, a new
+  Delta table id, is found before this, by epoch.input_ranges.) A new column, or any change to a column the query does not
   read, is not a reason (the change batches select the columns read).
 - STATE_MISSING: a state table the plan needs is gone, lacks the version the ledger recorded, lost
   data files, or was built for another plan of the same query.

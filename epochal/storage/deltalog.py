@@ -68,6 +68,12 @@ class DeltaLog:
             found.append(Commit.of_entry(entry))
         return sorted(found, key=lambda commit: commit.version)
 
+    @property
+    def table_id(self) -> str:
+        """Delta's id of the table (`metaData.id`): kept by every commit, overwrites and schema
+        changes included, and new when a table is deleted and created again at the same path."""
+        return self._table.metadata().id
+
     def schema_json(self) -> dict:
         return json.loads(self._table.schema().to_json())
 

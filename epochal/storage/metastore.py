@@ -17,7 +17,8 @@ from typing import Any, Iterable
 
 import pyarrow as pa
 import pyarrow.dataset as ds
-from deltalake import DeltaTable, write_deltalake
+from deltalake import DeltaTable, Field, write_deltalake
+from deltalake.schema import PrimitiveType
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
 CONFLICT_RETRIES = 50
@@ -31,6 +32,15 @@ def _literal(value: Any) -> str:
     if isinstance(value, int):
         return str(value)
     raise TypeError(f"record keys must be strings, integers or booleans, not {type(value).__name__}")
+
+
+def _delta_type(arrow: pa.DataType) -> PrimitiveType:
+    """The Delta type of a record column (strings, integers, floats, booleans, timestamps)."""
+    for test, name in ((pa.types.is_string, "string"), (pa.types.is_int64, "long"), (pa.types.is_float64, "double"),
+                       (pa.types.is_boolean, "boolean"), (pa.types.is_timestamp, "timestamp")):
+        if test(arrow):
+            return PrimitiveType(name)
+    raise TypeError(f"no Delta type for a record column of {arrow}")
 
 
 def _commit_stamp(uri: str, version: int) -> tuple[int, int, int] | None:
@@ -80,8 +90,22 @@ class RecordTable:
             table = DeltaTable(self.uri, storage_options=self.storage_options)
         except TableNotFoundError:
             return None
+        table = self._evolved(table)
         self._keep(table)
         return table
+
+    def _evolved(self, table: DeltaTable) -> DeltaTable:
+        """`table` with the columns of `schema` it lacks added (nullable): records written by an
+        older epochal read them as NULL."""
+        stored = set(pa.schema(table.schema().to_arrow()).names)
+        missing = [f for f in self.schema if f.name not in stored]
+        if not missing:
+            return table
+        try:
+            table.alter.add_columns([Field(f.name, _delta_type(f.type), nullable=True) for f in missing])
+        except (CommitFailedError, DeltaError):  # another process added them first
+            pass
+        return DeltaTable(self.uri, storage_options=self.storage_options)
 
     def _keep(self, table: DeltaTable) -> None:
         version = table.version()

@@ -7,6 +7,9 @@ R(e, s) = 1 + max{v : ts(v) < end}, an on-demand epoch the latest version + 1. A
 written once, the first time anyone needs it, and never changes (frozen), so re-running an epoch
 reads exactly the same versions; frontiers are monotone in the epoch order, so every source commit
 lands in exactly one epoch. Epochs are identified and ordered by their end time.
+
+Each record keeps the source's Delta table id: a table created again at the same path counts its
+versions from 0 again, so its frontier starts again from 0 (docs/architecture.md, section 7).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ REMAP_SCHEMA = pa.schema(
         ("note", pa.string()),
         ("created_at", pa.timestamp("us", tz="UTC")),
         ("run_id", pa.string()),
+        ("table_id", pa.string()),  # Delta's metaData.id of the source when the frontier was set
     ]
 )
 
@@ -69,6 +73,7 @@ class Epoch:
     kind: str  # "window" | "on_demand"
     frontiers: Mapping[str, int] = field(default_factory=dict)
     notes: Mapping[str, str] = field(default_factory=dict)
+    table_ids: Mapping[str, str] = field(default_factory=dict)  # per source, where recorded
 
     @property
     def ordinal(self) -> int:
@@ -117,13 +122,15 @@ class Remap:
         for row in self.table.read():
             entry = grouped.setdefault(
                 row["epoch"],
-                {"end": row["end_time"], "kind": row["kind"], "frontiers": {}, "notes": {}},
+                {"end": row["end_time"], "kind": row["kind"], "frontiers": {}, "notes": {}, "ids": {}},
             )
             entry["frontiers"][row["source"]] = row["frontier"]
             if row["note"]:
                 entry["notes"][row["source"]] = row["note"]
+            if row.get("table_id"):
+                entry["ids"][row["source"]] = row["table_id"]
         return [
-            Epoch(key, utc(value["end"]), value["kind"], value["frontiers"], value["notes"])
+            Epoch(key, utc(value["end"]), value["kind"], value["frontiers"], value["notes"], value["ids"])
             for key, value in sorted(grouped.items())
         ]
 
@@ -168,15 +175,23 @@ class Remap:
         created_at = datetime.now(timezone.utc)
         records = []
         for source in missing:
-            before = [e.frontiers[source.name] for e in epochs if e.end < end and source.name in e.frontiers]
+            earlier = [e for e in epochs if e.end < end and source.name in e.frontiers]
             after = [e.frontiers[source.name] for e in epochs if e.end > end and source.name in e.frontiers]
-            lower = before[-1] if before else 0
+            lower = earlier[-1].frontiers[source.name] if earlier else 0
             upper = after[0] if after else None
             log = DeltaLog.open(source.path, self.storage_options)
+            table_id = log.table_id if log is not None else None
+            was = earlier[-1].table_ids.get(source.name) if earlier else None
+            recreated = was is not None and table_id is not None and table_id != was
+            if recreated:  # a new table at the path: its versions count from 0 again
+                lower, upper = 0, None
             if kind == "on_demand" and upper is None:
                 frontier, note = max(lower, (log.version + 1) if log else 0), ""
             else:
                 frontier, note = frontier_for_window(log, source.clock, end, lower, upper)
+            if recreated:
+                note = (f"a new Delta table (id {table_id}, was {was}): its frontier starts again at version 0"
+                        + (f"; {note}" if note else ""))
             records.append(
                 {
                     "epoch": key,
@@ -188,6 +203,7 @@ class Remap:
                     "note": note,
                     "created_at": created_at,
                     "run_id": self.run_id,
+                    "table_id": table_id,
                 }
             )
         self.table.insert_if_absent(records)
