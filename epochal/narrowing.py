@@ -19,6 +19,7 @@ inputs the same way.
 
 from __future__ import annotations
 
+import math
 from datetime import date, datetime
 from decimal import Decimal
 from functools import reduce
@@ -44,7 +45,15 @@ def comparable(a: DataType, b: DataType) -> bool:
     return a == b or (isinstance(a, IntegralType) and isinstance(b, IntegralType))
 
 
+def spark_order(value):
+    """A sort key ordering values as Spark does where Python would not: NaN above every number
+    (Python's sort is undefined around NaN, and a range between misordered values misses some)."""
+    return (1, 0.0) if isinstance(value, float) and math.isnan(value) else (0, value)
+
+
 def _gap(low, high) -> float:
+    if isinstance(low, float) and isinstance(high, float) and (math.isnan(low) or math.isnan(high)):
+        return math.inf  # NaN apart from the numbers: a range of its own
     if isinstance(low, (int, float, Decimal)):
         return float(high - low)
     if isinstance(low, (date, datetime)):
@@ -132,7 +141,7 @@ def distinct_values(frame: DataFrame, column: str, rows=None) -> tuple[tuple, bo
         return None if len(found[0]) > MAX_KEYS else (tuple(found[0]), found[1])
     values = [row[0] for row in frame.select(F.col(quoted(column))).distinct().limit(MAX_KEYS + 2).collect()]
     present = [v for v in values if v is not None]
-    return None if len(present) > MAX_KEYS else (tuple(sorted(present)), len(present) < len(values))
+    return None if len(present) > MAX_KEYS else (tuple(sorted(present, key=spark_order)), len(present) < len(values))
 
 
 def matching_keys(ctx, frame: DataFrame, column: str, nulls: bool, rows=None) -> tuple[tuple, bool] | None:
