@@ -17,6 +17,7 @@ case's outcome (EPOCHAL_CONFORMANCE_RESULTS, a JSON-lines file) for the README's
 
 from __future__ import annotations
 
+import datetime as datetime_module
 import json
 import math
 import os
@@ -259,10 +260,25 @@ class Run:
         wanted = set(self.only) | ({"filter_project"} if "derived_of_derived" in self.only else set())
         return [shape for shape in every if shape.name in wanted]
 
+    def replay(self) -> str:
+        """The run as text `replayed` rebuilds (its column by name, its rows and changes as Python
+        literals): what a mismatch records, since a run that records instead of failing has no
+        seed printed (`python -m tests.conformance_replay`)."""
+        return repr({"column": self.column.sql, "path": self.path, "arranged": self.arranged, "ansi": self.ansi,
+                     "precision_loss": self.precision_loss, "zone_change": self.zone_change,
+                     "initial": self.initial, "epochs": self.epochs, "large": self.large, "only": self.only})
+
     def describe(self) -> str:
         return (f"{self.column.sql} ({', '.join(s.name for s in self.shapes())}) on the {self.path} path, arrangements {'forced' if self.arranged else 'off'}, "
                 f"ANSI {'on' if self.ansi else 'off'}, precision loss {'on' if self.precision_loss else 'off'}"
                 f"{', time zone changed' if self.zone_change else ''}")
+
+
+def replayed(text: str) -> Run:
+    """The Run that Run.replay wrote."""
+    fields = eval(text, {"__builtins__": {}}, {"datetime": datetime_module, "Decimal": Decimal,  # noqa: S307
+                                                 "nan": math.nan, "inf": math.inf})
+    return Run(column_named(fields.pop("column")), **fields)
 
 
 @st.composite
@@ -442,6 +458,8 @@ class Outcome:
                         "steps": len(incremental), "rescans": reasons,
                         "mismatch": [m for m in self.mismatches if m.startswith(name + ":")],
                         "error": self.errors.get(name)})
+            if out[-1]["mismatch"] or out[-1]["error"]:
+                out[-1]["replay"] = self.run.replay()
         return out
 
 

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from tests.conformance import TYPE_NAMES, expected_rescans, record, run_case, runs, type_strategy
+from tests.conformance import TYPE_NAMES, expected_rescans, record, replayed, run_case, runs, type_strategy
 
 LONG = bool(os.environ.get("EPOCHAL_CONFORMANCE_ROUNDS"))
 EXAMPLES = int(os.environ.get("EPOCHAL_CONFORMANCE_EXAMPLES", "1"))
@@ -57,3 +57,11 @@ def test_every_case_equals_its_recompute_after_every_epoch(spark, warehouse, rou
             print(f"MISMATCH {run.describe()}: {problem}")
         return
     assert not found, f"{run.describe()}:\n" + "\n".join(found)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(run=runs())
+def test_a_recorded_run_replays_as_drawn(run):
+    """What a mismatch records (Run.replay) rebuilds the very run: its type, settings, rows and
+    changes (NaN, infinities, decimals, times and nested values included)."""
+    assert replayed(run.replay()).replay() == run.replay()
