@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import OptimizeError, ParseError, SqlglotError
+from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.optimizer.qualify import qualify
 from sqlglot.tokens import TokenType
 
@@ -228,6 +229,31 @@ def map_columns(plan: Node, schemas: dict[str, dict[str, str]]) -> str | None:
     return None
 
 
+def floating_not_in(qualified: exp.Expression, schemas: dict[str, dict[str, str]]) -> str | None:
+    """The blocker of a NOT IN subquery comparing floating point. Spark plans it as a null-aware
+    anti join that holds -0.0 and 0.0 apart (`-0.0 NOT IN (SELECT 0.0)` and `-0.0 IN
+    (SELECT 0.0)` both hold), where its `=`, IN and every delta rule hold them equal: its answer
+    is recomputed rather than answered otherwise."""
+    try:
+        typed = annotate_types(qualified.copy(), schema=schemas, dialect="spark")
+    except SqlglotError:
+        return None
+    for found in typed.find_all(exp.In):
+        query = found.args.get("query")
+        parent = found.parent
+        while isinstance(parent, exp.Paren):
+            parent = parent.parent
+        if query is None or not isinstance(parent, exp.Not):
+            continue
+        select = query.this if isinstance(query, exp.Subquery) else query
+        sides = [found.this] + list(getattr(select, "selects", []) or [])
+        if any(side.type is not None and re.search(r"\b(FLOAT|DOUBLE)\b", side.type.sql("spark").upper())
+               for side in sides):
+            return (f"NOT IN over floating point ({found.this.sql('spark')}): Spark's NOT IN holds -0.0 and 0.0 "
+                    "apart where its = holds them equal")
+    return None
+
+
 def compile_definition(
     name: str, sql: str, tables: dict[str, TableInfo], schemas: dict[str, dict[str, str]], rewrites=None,
 ) -> Compiled:
@@ -247,7 +273,7 @@ def compile_definition(
     except Unsupported as unsupported:
         return Compiled(**compiled, blocker=unsupported.construct)
     plan, passes = optimize(naive) if rewrites is None else optimize(naive, rewrites)
-    ungroupable = map_columns(plan, schemas)  # the optimized plan's scans read only the columns used
+    ungroupable = map_columns(plan, schemas) or floating_not_in(qualified, schemas)  # the optimized plan's scans read only the columns used
     if ungroupable:
         return Compiled(**compiled, naive=naive, blocker=ungroupable)
     missing = blocker(plan)
