@@ -423,27 +423,43 @@ class Arrangements:
         names = ("reads", "keys", "files", "row_groups", "rows", "feed_rows", "copied_files")
         return {k: dict(zip(names, v)) for k, v in served.items()}
 
-    def of(self, source: str) -> list[dict] | None:
-        """The arrangements of `source` in the warehouse (key, the input version they stand for,
-        appends since the last build, columns, rows stored, files, bytes), for `explain`; None
-        where the folder cannot be listed from here."""
+    def _folders(self, source: str):
+        """(folder path, its last commit's metadata, or None where unreadable) of every folder
+        named like an arrangement of `source`; None where the root cannot be listed from here."""
         try:
             filesystem, root = pafs.FileSystem.from_uri(self.root)
             entries = filesystem.get_file_info(pafs.FileSelector(root, allow_not_found=True))
         except (pa.ArrowException, OSError, ValueError):
             return None
-        prefix = self._prefix(source)
-        found = []
+        prefix, found = self._prefix(source), []
         for entry in entries:
             if entry.type != pafs.FileType.Directory or not entry.base_name.startswith(prefix):
                 continue
+            path = f"{self.root}/{entry.base_name}"
             try:
-                table = DeltaTable(f"{self.root}/{entry.base_name}", storage_options=self.storage_options)
-                meta = json.loads(table.history(1)[0].get("userMetadata") or "{}")
+                meta = json.loads(DeltaTable(path, storage_options=self.storage_options).history(1)[0]
+                                  .get("userMetadata") or "{}")
+            except (DeltaError, OSError, ValueError):
+                meta = None
+            found.append((path, entry, meta))
+        return found
+
+    def of(self, source: str) -> list[dict] | None:
+        """The arrangements of `source` in the warehouse (key, the input version they stand for,
+        appends since the last build, columns, rows stored, files, bytes), for `explain`; None
+        where the folder cannot be listed from here."""
+        folders = self._folders(source)
+        if folders is None:
+            return None
+        found = []
+        for path, entry, meta in folders:
+            try:
+                if meta is None:
+                    raise ValueError(path)
                 if meta.get("source", "").rstrip("/") != source.rstrip("/"):
                     continue
                 chain = self.chain(source, meta["key"])
-                actions = table.get_add_actions(flatten=True)
+                actions = DeltaTable(path, storage_options=self.storage_options).get_add_actions(flatten=True)
                 found.append(dict(key=meta["key"], to=chain[-1].to if chain else None,
                                   appends=len(chain) - 1 if chain else None, columns=list(meta["columns"]),
                                   rows=sum(v or 0 for v in actions.column("num_records").to_pylist()),
@@ -455,27 +471,14 @@ class Arrangements:
     def forget(self, source: str) -> int:
         """Delete every arrangement of `source`: a new table stands at its path (deleted and
         created again), whose versions say nothing about the rows arranged. Returns how many."""
-        try:
-            filesystem, root = pafs.FileSystem.from_uri(self.root)
-            entries = filesystem.get_file_info(pafs.FileSelector(root, allow_not_found=True))
-        except (pa.ArrowException, OSError, ValueError):
-            return 0
-        prefix, dropped = self._prefix(source), 0
-        for entry in entries:
-            if entry.type != pafs.FileType.Directory or not entry.base_name.startswith(prefix):
-                continue
-            path = f"{self.root}/{entry.base_name}"
-            try:
-                meta = json.loads(DeltaTable(path, storage_options=self.storage_options).history(1)[0]
-                                  .get("userMetadata") or "{}")
-            except (DeltaError, OSError, ValueError):
-                meta = {}
-            if meta.get("source", "").rstrip("/") != source.rstrip("/"):
+        dropped = 0
+        for path, entry, meta in self._folders(source) or []:
+            if (meta or {}).get("source", "").rstrip("/") != source.rstrip("/"):
                 continue
             with self._guard:
                 self._chains.pop(path, None)
                 self._distrusted.discard(path)
-            filesystem.delete_dir(entry.path)
+            pafs.FileSystem.from_uri(self.root)[0].delete_dir(entry.path)
             dropped += 1
         return dropped
 
