@@ -37,6 +37,7 @@ from .invalidation import compute as compute_invalidation
 from .keyed.arrangements import ARRANGE_ROWS, Arrangements
 from .keyed.local_copies import LocalCopies
 from .keyed.shared_reads import SharedReads
+from .keyed.upkeep import Upkeep
 from .planning.compile import Compiled, compile_definition, parse, referenced_tables
 from .planning.keys import output_key
 from .planning.optimize import passes_named
@@ -117,6 +118,7 @@ class Engine:
         cost_model: bool = True,
         passes: Sequence[str] | None = None,
         arrange_rows: int | None = ARRANGE_ROWS,
+        upkeep: Upkeep = Upkeep(),
     ):
         """`rescan_fraction`: rescan (reason COST) when an epoch changes more than this fraction
         of a table's input rows (None: never for cost). `cost_model`: rescan (reason COST) when
@@ -129,7 +131,8 @@ class Engine:
         term's partner) is arranged by that key after the refresh (arrangements.py), so later
         refreshes read a bounded number of its rows, and so is each input a table computed in
         full will read by key in its incremental steps (built in the epoch that computes it);
-        None: never.
+        None: never. `upkeep`: when state tables are compacted and arrangements built again
+        (keyed/upkeep.py; tests lower it so the rewrites run within a few epochs).
         A warehouse on an object store is checked first (StorageUnreachable names what to fix)."""
         check_warehouse(Warehouse(warehouse).root, storage_options)
         self.spark = spark
@@ -143,6 +146,7 @@ class Engine:
         self.strict = strict
         self.broadcast_rows = broadcast_rows
         self.driver_rows = driver_rows
+        self.upkeep = upkeep
         self.run_id = uuid.uuid4().hex
         self.remap = Remap(self.warehouse.engine_path("remap"), storage_options, self.run_id)
         self.sources: dict[str, Source] = {}
@@ -150,7 +154,7 @@ class Engine:
         self.arranged: list[tuple[str, str, int, str, float]] = []  # the last refresh's: path, key, version, what, s
         self.arranged_reads: dict[tuple[str, str], dict[str, int]] = {}  # the last refresh's (Arrangements.take_served)
         self.arrangements = Arrangements(self.warehouse.engine_path("arrangements"), storage_options, arrange_rows,
-                                         copies=LocalCopies(self.warehouse.local_folder("local_copies"))) \
+                                         copies=LocalCopies(self.warehouse.local_folder("local_copies")), upkeep=upkeep) \
             if arrange_rows is not None else None
 
     # ---- declaring ---------------------------------------------------------------------------
@@ -447,7 +451,7 @@ class Engine:
             broadcast_rows=self.broadcast_rows, cost_model=self.cost_model, run_id=self.run_id,
             arrangements=self.arrangements, triggers=self.triggers, invalidation=self.invalidation,
             remap=self.remap, sources=self.sources, table=self.table, schema_of=self.schema_of,
-            path_of=self.path_of,
+            path_of=self.path_of, upkeep=self.upkeep,
             output_frame=lambda table, inputs, side: output_frame(spark, table, inputs, side, reads))
 
     def output_frame(self, table: Table, inputs: dict[str, InputRange], side: str) -> DataFrame:

@@ -1,15 +1,20 @@
 """The soak (`make soak`, not part of `make test`): many hourly epochs of randomized change batches
 over TPC-H queries and synthetic tables with NULLs and duplicate rows, with a chain and a diamond
 of derived tables; after every epoch every table must equal the full recompute of its SQL.
+Arrangements are forced on (every input read by key is arranged), and over 200 epochs the kept
+state's periodic rewrites run at their default thresholds (keyed/upkeep.py): state tables are
+compacted every 8 appends, arrangements built again after 64.
 
-    make soak                                   # 200 epochs, then the differential tests with 10 examples
+    make soak                                   # 200 epochs at TPC-H scale 0.1, then the differential tests
     make soak ARGS="--epochs 50 --examples 0"   # shorter; no differential tests
+    make soak ARGS="--scale 0.01 --minutes 30"  # smaller, time-boxed
 
 Each epoch: one TPC-H change batch (ops/changes.py, scale 0.01) and a few random commits on the
 synthetic sources `a` and `b` (tests/reliability.py), all stamped with the epoch's logical hour,
 then `refresh(until=<end of the hour>)` and one comparison job for all tables. Prints one line per
 epoch and at the end: epochs, mismatches (must be 0), techniques, and peak memory (driver JVM
-resident set and heap, Python resident set). Exits 1 on any mismatch or error.
+resident set and heap, Python resident set) at the start and at the end, and how many state
+compactions and arrangement rebuilds ran. Exits 1 on any mismatch or error.
 """
 
 from __future__ import annotations
@@ -107,6 +112,10 @@ def parse(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m tests.soak", description=__doc__.split("\n\n")[0])
     parser.add_argument("--epochs", type=int, default=200, help="hourly epochs to run (default 200)")
     parser.add_argument("--seed", type=int, default=1, help="seed of the random batches")
+    parser.add_argument("--scale", type=float, default=0.1, help="TPC-H scale factor (default 0.1)")
+    parser.add_argument("--arrange-rows", type=int, default=0,
+                        help="arrange inputs of at least this many rows read by key (default 0: every one; "
+                             "-1: no arrangements)")
     parser.add_argument("--fraction", type=float, default=0.002,
                         help="share of TPC-H orders a batch changes (default 0.002)")
     parser.add_argument("--examples", type=int, default=10,
@@ -129,17 +138,17 @@ def soak(args) -> int:
     from ops.tpch import load_tpch
     from resources.session import SparkSettings, delta_spark_session
     from tests.reliability import create_sources, random_batch
-    from tests.support import mismatched_tables, multiset_diff
+    from tests.support import mismatched_tables, multiset_diff, upkeep_done
 
     began = time.monotonic()
     root = args.warehouse or tempfile.mkdtemp(prefix="epochal-soak-")
     spark = delta_spark_session(SparkSettings(shuffle_partitions=2, driver_memory=args.driver_memory))
     memory = Memory(spark)
-    print(f"soak: {args.epochs} epochs, seed {args.seed}, warehouse {root}", flush=True)
+    print(f"soak: {args.epochs} epochs, TPC-H scale {args.scale:g}, seed {args.seed}, warehouse {root}", flush=True)
 
-    load_tpch(spark, root, 0.01, LOADED_AT)
+    load_tpch(spark, root, args.scale, LOADED_AT)
     create_sources(root, at=LOADED_AT)
-    engine = Engine(spark, root, cost_model=False)
+    engine = Engine(spark, root, cost_model=False, arrange_rows=None if args.arrange_rows < 0 else args.arrange_rows)
     for name in TPCH_SOURCES + ("a", "b"):
         engine.source(name, clock="logical")
     queries = [q.strip() for q in args.queries.split(",") if q.strip()]
@@ -150,6 +159,7 @@ def soak(args) -> int:
     generator = ChangeGenerator(spark, root, seed=args.seed, fraction=args.fraction)
     rng = random.Random(args.seed)
     print(f"tables ({len(names)}): {', '.join(names)}; set up in {time.monotonic() - began:.0f}s", flush=True)
+    at_start = None
 
     mismatches: list[str] = []
     techniques: Counter = Counter()
@@ -184,6 +194,8 @@ def soak(args) -> int:
                 mismatches.append(f"epoch {index}: {difference}")
                 print(f"MISMATCH epoch {index}: {difference}", flush=True)
         memory.sample()
+        if index == 0:
+            at_start = memory.line()
         shown = Counter(r.technique for r in reports)
         rescans = [f"{r.table} ({r.reason.split(':')[0]})" for r in reports if r.technique == "rescan" and index > 0]
         print(f"epoch {index:4d}: {dict(shown)}{' rescans ' + ', '.join(rescans) if rescans else ''}; changes "
@@ -201,7 +213,10 @@ def soak(args) -> int:
     print(f"  techniques:  {dict(techniques)}")
     slowest = ", ".join(f"{name} {total / max(epochs_run, 1):.1f}s" for name, total in table_seconds.most_common(6))
     print(f"  slowest:     {slowest} (mean seconds per epoch, table steps run two at a time)")
-    print(f"  memory:      {memory.line()}")
+    compactions, rebuilds = upkeep_done(root)
+    print(f"  upkeep:      {compactions} state compactions, {rebuilds} arrangement rebuilds")
+    print(f"  memory:      after the first epoch: {at_start}")
+    print(f"               at the end:            {memory.line()}")
     print(f"  wall time:   {seconds / 60:.1f} min ({seconds / max(epochs_run, 1):.1f}s per epoch)", flush=True)
     spark.stop()
     if not args.warehouse and not mismatches and not errors:
@@ -215,7 +230,7 @@ def differential(examples: int) -> int:
     env = {**os.environ, "EPOCHAL_EXAMPLES": str(examples), "PYTHONPATH": str(REPO)}
     began = time.monotonic()
     code = subprocess.call([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                            "tests/test_differential.py", "tests/test_differential_sql.py"], cwd=REPO, env=env)
+                            "tests/test_differential.py", "tests/test_differential_sql.py", "tests/test_upkeep.py"], cwd=REPO, env=env)
     print(f"differential tests: {'passed' if code == 0 else 'FAILED'} in {(time.monotonic() - began) / 60:.1f} min",
           flush=True)
     return code

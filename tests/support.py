@@ -3,6 +3,7 @@ writing real Delta commits (inserts, deletes, updates) to synthetic source table
 
 from __future__ import annotations
 
+import glob
 import math
 import os
 from collections import Counter
@@ -273,3 +274,27 @@ def feed_problems(path: str, spark=None, first: int = 1) -> list[str]:
 
 
 SUMMARIES: list[str] = []  # figures tests want shown after the run (see conftest.pytest_terminal_summary)
+
+
+def rewrites_after_appends(path: str) -> list[int]:
+    """Versions of the Delta table at `path` that replaced its contents after appends to it: a
+    state table's compactions, an arrangement's rebuilds (keyed/upkeep.py)."""
+    from deltalake import DeltaTable
+
+    found, appended = [], False
+    for commit in sorted(DeltaTable(path).history(), key=lambda commit: commit["version"]):
+        mode = str((commit.get("operationParameters") or {}).get("mode", "")).lower()
+        if mode == "append":
+            appended = True
+        elif mode == "overwrite" and appended:
+            found.append(commit["version"])
+            appended = False
+    return found
+
+
+def upkeep_done(root: str) -> tuple[int, int]:
+    """How many state compactions and arrangement rebuilds the warehouse at `root` holds."""
+    states = glob.glob(f"{root}/_epochal/tables/*/state/*/_delta_log")
+    arrangements = glob.glob(f"{root}/_epochal/arrangements/*/_delta_log")
+    return (sum(len(rewrites_after_appends(p.removesuffix("/_delta_log"))) for p in states),
+            sum(len(rewrites_after_appends(p.removesuffix("/_delta_log"))) for p in arrangements))

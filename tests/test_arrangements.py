@@ -23,7 +23,6 @@ from hypothesis import strategies as st
 from epochal import Engine
 from epochal.graph import WEIGHT
 from epochal.keyed.arrangements import (
-    MAX_APPENDS,
     ROW_GROUP,
     ArrangementCommit,
     Arrangements,
@@ -31,6 +30,7 @@ from epochal.keyed.arrangements import (
     net_rows,
 )
 from epochal.keyed.local_copies import LocalCopies
+from epochal.keyed.upkeep import Upkeep
 from epochal.planning.optimize.restrict_cogenerators import keyed_partners
 from tests.test_differential import SLOW, epoch_lists, run_epochs
 from tests.test_shared_reads import DRIVER_ROWS, RESTRICTED
@@ -213,10 +213,13 @@ def test_an_arrangement_is_built_again_once_its_appends_are_many_or_large():
 
     assert not due_for_rebuild(chain(10))
     assert not due_for_rebuild(chain(10, *[1_000] * 50))  # few rows in all: a read decodes them in ms
-    assert due_for_rebuild(chain(10, *[1] * MAX_APPENDS))  # as many files as a read should open
+    assert due_for_rebuild(chain(10, *[1] * Upkeep().rebuild_appends))  # as many files as a read should open
     assert not due_for_rebuild(chain(60_000_000, *[60_000] * 30))  # 1.8M rows: 3% of what was built
     assert due_for_rebuild(chain(60_000_000, *[600_000] * 11))  # 6.6M rows: 11%
     assert due_for_rebuild(chain(None, *[1] * 8)) and not due_for_rebuild(chain(None, *[1] * 7))  # unrecorded rows
+    eager = Upkeep(rebuild_appends=3, rebuild_fraction=0.5, rebuild_rows=0)  # as tests set it through the Engine
+    assert due_for_rebuild(chain(100, 1, 1, 1), eager) and not due_for_rebuild(chain(100, 1, 1), eager)
+    assert due_for_rebuild(chain(100, 51), eager) and not due_for_rebuild(chain(100, 50), eager)
 
 
 def test_vacuum_deletes_a_rebuilt_arrangements_old_files_and_it_stays_in_use(spark, warehouse):

@@ -18,7 +18,8 @@ DRIVER_BUILD_ROWS rows, by Spark above) after the refresh that computes a readin
 refresh that read the input by key; each refresh that read the input by key appends the
 input's change feed since (weights +1 and -1, a small delta-rs commit, sorted by the key in row
 groups of ROW_GROUP rows too, so a read skips most of each appended file as well). It is built
-again once its appends are MAX_APPENDS files or REBUILD_FRACTION of its built rows: every read
+again once its appends are Upkeep.rebuild_appends files or Upkeep.rebuild_fraction of its built
+rows (upkeep.py): every read
 opens each appended file and cancelled rows pile up, while a build reads, sorts and writes the
 whole input, so it is not repeated lightly. Every commit records, in its `userMetadata`, the
 input versions its rows stand for (`since`, `to`), so a reader takes the last commit at or
@@ -64,14 +65,12 @@ from ..storage.commits import aligned
 from ..storage.deltalog import DeltaLog, delta_rs_reads_alike
 from .file_pruning import as_integers, files_holding, row_groups_holding
 from .local_copies import LocalCopies
+from .upkeep import Upkeep
 
 log = logging.getLogger("epochal")
 
 ROW_GROUP = 2_000  # rows per Parquet row group of an arrangement (bench.keyed_reads: 2,000 vs 10,000)
 ROWS_PER_FILE = 4_000_000
-MAX_APPENDS = 64  # appended files before the arrangement is built again (each read opens every one)
-REBUILD_FRACTION = 0.1  # appended rows, against the built rows, before it is built again
-REBUILD_ROWS = 100_000  # appended rows below which it is never built again for their number (a read decodes them in ms)
 ARRANGE_ROWS = 1_000_000  # inputs smaller than this are scanned (a scan of them costs what a lookup does)
 DRIVER_BUILD_ROWS = 10_000_000  # inputs up to this many rows are arranged on the driver, larger ones by Spark
 DECODED_BYTES = 1 << 30  # decoded row groups kept for later reads (Arrangements.rows_of)
@@ -175,16 +174,16 @@ def _sorted_by(rows: pa.Table, key: str) -> pa.Table:
     return rows.take(pc.sort_indices(rows, sort_keys=[(key, "ascending", "at_start")]))
 
 
-def due_for_rebuild(chain: list[ArrangementCommit]) -> bool:
+def due_for_rebuild(chain: list[ArrangementCommit], upkeep: Upkeep = Upkeep()) -> bool:
     """Whether an arrangement's appends (the commits after its build) are many or large enough
-    that building it again costs less than reading them on: MAX_APPENDS files, or more than
-    REBUILD_FRACTION of the rows it was built with and REBUILD_ROWS."""
+    that building it again costs less than reading them on: `upkeep.rebuild_appends` files, or
+    more than `upkeep.rebuild_fraction` of the rows it was built with and `upkeep.rebuild_rows`."""
     appends = chain[1:]
-    if len(appends) >= MAX_APPENDS:
+    if len(appends) >= upkeep.rebuild_appends:
         return True
     if chain[0].rows is None or any(c.rows is None for c in appends):
-        return len(appends) >= 8  # written before rows were recorded: the bound it was written under
-    return sum(c.rows for c in appends) > max(REBUILD_FRACTION * chain[0].rows, REBUILD_ROWS)
+        return len(appends) >= min(8, upkeep.rebuild_appends)  # written before rows were recorded: the bound it was written under
+    return sum(c.rows for c in appends) > max(upkeep.rebuild_fraction * chain[0].rows, upkeep.rebuild_rows)
 
 
 class Arrangements:
@@ -193,8 +192,10 @@ class Arrangements:
 
     def __init__(self, root: str, storage_options: dict[str, str] | None = None, min_rows: int = ARRANGE_ROWS,
                  rows_per_file: int = ROWS_PER_FILE, driver_build_rows: int = DRIVER_BUILD_ROWS,
-                 decoded_bytes: int = DECODED_BYTES, copies: LocalCopies | None = None):
+                 decoded_bytes: int = DECODED_BYTES, copies: LocalCopies | None = None,
+                 upkeep: Upkeep = Upkeep()):
         self.root = root.rstrip("/")
+        self.upkeep = upkeep
         self.copies = copies
         self.storage_options = storage_options
         self.min_rows = min_rows
@@ -613,7 +614,7 @@ class Arrangements:
         held = {c.lower() for c in chain[-1].columns} if chain else set()
         if chain and chain[-1].to >= version and {c.lower() for c in columns} <= held:
             return "current"  # (a later refresh may have advanced it already)
-        if chain and chain[-1].to < version and {c.lower() for c in columns} <= held and not due_for_rebuild(chain):
+        if chain and chain[-1].to < version and {c.lower() for c in columns} <= held and not due_for_rebuild(chain, self.upkeep):
             feed = changes(chain[-1].to, version)
             if feed is not None:
                 self.append(source, key, chain[-1], version, feed)

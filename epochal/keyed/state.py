@@ -4,8 +4,8 @@ A state table holds rows keyed by the operator's keys (a group, a distinct row).
 MERGE its changed rows in place: it appends them, each tagged with the step's `seq` (and a delete
 flag for rows that left), and a reader takes, per key, the row with the highest `seq`. An append
 writes only the changed rows, where a MERGE would rewrite every file holding one of them; every
-COMPACT_AFTER appends the epoch writes the compacted table instead (an overwrite), so reads stay
-proportional to the state.
+`compact_after` appends (upkeep.Upkeep) the epoch writes the compacted table instead (an
+overwrite), so reads stay proportional to the state.
 
 Rules read state as of the version the ledger recorded for the previous epoch (time travel), never
 "whatever is there now", so a step interrupted after some of its writes recomputes the same change
@@ -26,10 +26,10 @@ from ..arrow_rows import first_values, key_tuples
 from ..changes import null_safe_on, quoted
 from ..errors import EpochError
 from ..storage.deltalog import DeltaLog
+from .upkeep import Upkeep
 
 DELETE_FLAG = "__delete"
 SEQ = "__seq"
-COMPACT_AFTER = 8  # appends between two compactions
 
 
 class StateMissing(EpochError):
@@ -69,6 +69,7 @@ class StateStore:
     versions: dict[str, int]
     storage_options: dict[str, str] | None = None
     reads: object | None = None  # shared_reads.SharedReads: small versions read on the driver
+    compact_after: int = Upkeep.compact_after  # appends between two compactions
     writes: list[StateWrite] = field(default_factory=list)
 
     def path(self, name: str) -> str:
@@ -136,7 +137,7 @@ class StateStore:
         if log is None:
             return 0
         count = 0
-        for commit in reversed(log.commits(max(0, log.version - COMPACT_AFTER - 1))):
+        for commit in reversed(log.commits(max(0, log.version - self.compact_after - 1))):
             if commit.operation != "WRITE" or str(commit.parameters.get("mode", "")).lower() != "append":
                 break
             count += 1

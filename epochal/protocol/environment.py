@@ -14,6 +14,7 @@ from pyspark.sql.types import StructType
 
 from ..keyed.arrangements import Arrangements
 from ..keyed.shared_reads import SharedReads
+from ..keyed.upkeep import Upkeep
 from ..reasons import Trigger
 from ..storage.reclock import Remap
 
@@ -62,3 +63,4 @@ class Environment:
     schema_of: Callable[[str], StructType]
     path_of: Callable[[str], str]
     output_frame: Callable[[Any, dict, str], DataFrame]  # (table, input ranges, side) -> its SQL in full
+    upkeep: Upkeep = Upkeep()  # when state tables are compacted
