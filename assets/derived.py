@@ -156,6 +156,8 @@ def materialization_metadata(engine, spec: TableSpec, outcome: PartitionOutcome,
             "phases": MetadataValue.json(step.detail.get("phases", {})),
             "cost": MetadataValue.json(step.detail.get("cost", {})),
         })
+    if outcome.arrangements is not None and outcome.applied_now:  # builds, failures, copies not made
+        metadata["arrangements"] = MetadataValue.json(outcome.arrangements)
     if outcome.ends_epoch:
         metadata["output_version"] = step.output_version
         rows = row_count(engine, spec.name, step.output_version)

@@ -55,6 +55,7 @@ class PartitionOutcome:
     applied_now: bool
     span: tuple[str, str, int]  # first and last partition the step applied, and how many
     frontiers: dict = field(default_factory=dict)  # source -> remap frontier at the window's end
+    arrangements: dict | None = None  # what the run did to the arrangements and their copies (Report.detail)
 
     @property
     def partition(self) -> str:
@@ -251,14 +252,16 @@ def apply_segment(
             )
     for window in segment:  # the remap keeps one entry per partition, written in order
         engine.epoch(until=window.end, tables=[table])
-    engine.refresh([table], until=end, upstream=False, full_refresh=full_refresh)
+    reports = engine.refresh([table], until=end, upstream=False, full_refresh=full_refresh)
+    arrangements = next((r.detail.get("arrangements") for r in reports if r.table == table), None)
     committed = engine.table(table).ledger.committed()
     step = engine.table(table).ledger.at_epoch(key)
     if step is None:  # the engine always records a committed step; guard against a silent miss
         raise EpochalError(f"{table}: partitions {first} .. {last} ran but the ledger has no committed step")
     previous = _previous_version(committed, step)
     span = (first, last, len(segment))
-    return [PartitionOutcome(table, window, step, previous, True, span, _frontiers(engine, window.end))
+    return [PartitionOutcome(table, window, step, previous, True, span, _frontiers(engine, window.end),
+                             arrangements=arrangements)
             for window in segment]
 
 

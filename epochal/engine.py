@@ -13,6 +13,7 @@ outside tool drive the engine through this class; it imports nothing from Dagste
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import re
@@ -341,9 +342,15 @@ class Engine:
                             arrangements=self.arrangements)
         if self.arrangements is not None:
             self.arrangements.take_served()  # a failed refresh's reads are not this one's
+            if self.arrangements.copies is not None:
+                self.arrangements.copies.take_counts()
         try:
             reports = self._run_steps(names, epoch, full_refresh, reads)
             self._arrange(reads, self._hydrating(reports))
+            upkeep = self.arrangement_outcome()
+            if upkeep is not None:
+                for report in reports:
+                    report.detail["arrangements"] = upkeep
             return reports
         finally:
             reads.clear()
@@ -395,6 +402,21 @@ class Engine:
                 log.warning("could not arrange %s by %s as of version %d (%s: %s); its readers scan it instead",
                             path, key, version, type(error).__name__, error)
                 self.arrangements.distrust(path, key)
+                self.arranged.append((path, key, version, f"failed: {type(error).__name__}: {error}",
+                                      time.perf_counter() - began))
+
+    def arrangement_outcome(self) -> dict | None:
+        """What the last refresh did to the arrangements and their local copies, for its reports
+        (`detail["arrangements"]`) and Dagster's metadata: how many were built, appended to or
+        current, each that failed (its readers then read the input itself: slower, the same
+        rows) and the copies made, failed or not made for want of disk. None without arrangements."""
+        if self.arrangements is None:
+            return None
+        done = collections.Counter(what for _, _, _, what, _ in self.arranged if not what.startswith("failed"))
+        failed = [f"{path} by {key}: {what.removeprefix('failed: ')}" for path, key, _, what, _ in self.arranged
+                  if what.startswith("failed")]
+        copies = self.arrangements.copies.take_counts() if self.arrangements.copies is not None else {}
+        return {"arranged": dict(done), "failed": failed, "copies": copies}
 
     def path_of(self, name: str) -> str:
         """Where the source or derived table `name` is stored."""

@@ -99,7 +99,10 @@ def _run_counting_served(spark, warehouse, shapes, epochs) -> tuple[str, int]:
     served by arrangements), every arrangement file read from its local copy."""
     root = f"{warehouse}/{uuid.uuid4().hex[:8]}"
     with _listening(_Served()) as handler:
-        run_epochs(spark, warehouse, shapes, epochs, driver_rows=DRIVER_ROWS, arrange_rows=0, root=root)
+        reports = run_epochs(spark, warehouse, shapes, epochs, driver_rows=DRIVER_ROWS, arrange_rows=0, root=root)
+    outcomes = [report.detail.get("arrangements") for report in reports]  # no silent fallback: in every report
+    assert all(outcome is not None and not outcome["failed"] for outcome in outcomes), outcomes
+    assert any(outcome["arranged"].get("built") for outcome in outcomes), outcomes
     assert handler.copies_unread == 0
     assert handler.served == 0 or glob.glob(f"{root}/_epochal/local_copies/*/*.arrow")
     return root, handler.served

@@ -1,6 +1,7 @@
 """Local copies (epochal/local_copies.py): an arrangement file's rows read from its Arrow IPC copy
 by key bounds per batch. Exactness against pyarrow's own filter of the Parquet file, for integer
-and date keys with NULLs; a damaged copy is dropped and read as Parquet; the disk budget holds.
+and date keys with NULLs; a damaged copy is dropped and read as Parquet; the disk budget and the
+free disk hold; a failed copy is tried again later; every fallback is counted.
 The copies also serve every arrangement read of the differential tests (tests/test_shared_reads.py,
 tests/test_arrangements.py), whose Engine makes them under the warehouse."""
 
@@ -95,6 +96,29 @@ def test_a_damaged_copy_is_dropped_and_made_again(tmp_path, caplog):
     assert "not read" in caplog.text and not os.path.exists(target)
     again = copies.rows(path, fragment, "k", keys, False, ["v"])
     assert sorted(v for v in again.column("v").to_pylist() if v in (3, 50, 99)) == [3, 50, 99]
+
+
+def test_no_copy_is_made_that_would_leave_too_little_disk_free_and_each_fallback_is_counted(tmp_path):
+    path, fragment, _ = _file(str(tmp_path), list(range(100)), date=False)
+    full = LocalCopies(str(tmp_path / "copies"), batch_rows=8, min_free_bytes=1 << 62)
+    assert full.make(path, fragment, "k") is None
+    assert full.rows(path, fragment, "k", np.array([3], np.int64), False, ["v"]) is None  # read as Parquet
+    assert full.take_counts() == {"no_room": 2} and full.take_counts() == {}
+    roomy = LocalCopies(str(tmp_path / "copies"), batch_rows=8, min_free_bytes=0)
+    assert roomy.make(path, fragment, "k") is not None
+    assert roomy.take_counts() == {"made": 1}
+
+
+def test_a_file_that_could_not_be_copied_is_copied_again_after_a_while(tmp_path):
+    path, fragment, _ = _file(str(tmp_path), list(range(100)), date=False)
+    os.rename(path, path + ".away")
+    copies = LocalCopies(str(tmp_path / "copies"), batch_rows=8, retry_seconds=1.0)
+    assert copies.make(path, fragment, "k") is None
+    os.rename(path + ".away", path)
+    assert copies.make(path, fragment, "k") is None  # read as Parquet for a while, not copied on every read
+    time.sleep(1.1)
+    assert copies.make(path, fragment, "k") is not None
+    assert copies.take_counts() == {"failed": 1, "made": 1}
 
 
 def test_copies_stay_within_their_disk_budget_dropping_the_least_recently_read(tmp_path):

@@ -12,8 +12,11 @@ its contents): a missing copy is made again by the next read that needs it, a da
 deleted and its file read as Parquet, the copies are bounded by COPY_BYTES on disk, the least
 recently read dropped first, and an arrangement's rebuild deletes the copies of the files it
 replaced (`prune`). Each arrangement's copies live in a folder of their own. A copy and its bounds
-are each written under a temporary name and renamed, bounds first, so a crash leaves either both,
-or no copy (an orphaned bounds file is overwritten by the next copy).
+are each written under a temporary name, flushed to disk and renamed, bounds first, so a crash
+leaves either both, or no copy (an orphaned bounds file is overwritten by the next copy). A copy
+is not made where less than MIN_FREE_BYTES would stay free (the folder may share its disk with the
+warehouse), and one that failed is tried again after RETRY_SECONDS; each such fallback to Parquet
+is counted (`take_counts`) for the refresh's reports.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import collections
 import hashlib
 import logging
 import os
+import shutil
 import threading
 import time
 import uuid
@@ -31,12 +35,16 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
+from .. import faults
+
 log = logging.getLogger("epochal")
 
 BATCH_ROWS = 256  # rows per IPC batch: a random key reads about this many rows
 COPY_BYTES = 32 << 30  # the copies' disk budget, per directory
 ABANDONED_SECONDS = 3_600  # a half-written copy this old was left by a process that died
 CACHED_BOUNDS = 4_096  # copies whose bounds are kept in memory (32 bytes a batch each)
+RETRY_SECONDS = 600  # a file whose copy failed is read as Parquet this long, then copied again
+MIN_FREE_BYTES = 2 << 30  # free disk a copy must leave (the folder may share its disk with the warehouse)
 _INT64 = np.iinfo(np.int64)
 
 
@@ -50,17 +58,51 @@ def integers_and_nulls(column: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return values, missing
 
 
+def _durable(path: str) -> None:
+    """Flush `path`'s contents to disk before it is renamed into place: after a machine crash a
+    copy is whole or absent, not a name over blocks never written."""
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
 class LocalCopies:
     """The copies under `directory` (a local folder; made when first needed)."""
 
-    def __init__(self, directory: str, max_bytes: int = COPY_BYTES, batch_rows: int = BATCH_ROWS):
+    def __init__(self, directory: str, max_bytes: int = COPY_BYTES, batch_rows: int = BATCH_ROWS,
+                 min_free_bytes: int = MIN_FREE_BYTES, retry_seconds: float = RETRY_SECONDS):
         self.directory = directory
+        self.retry_seconds = retry_seconds
         self.max_bytes = max_bytes
         self.batch_rows = batch_rows
+        self.min_free_bytes = min_free_bytes
         self._bounds: collections.OrderedDict = collections.OrderedDict()  # copy -> (lows, highs, nulls)
         self._making: dict[str, threading.Lock] = {}
-        self._failed: set[str] = set()  # files that could not be copied: read as Parquet, not tried again
+        self._failed: dict[str, float] = {}  # copies that could not be made -> when (read as Parquet meanwhile)
+        self._counts: collections.Counter = collections.Counter()  # since take_counts: made, failed, no_room
         self._guard = threading.Lock()
+
+    def take_counts(self) -> dict[str, int]:
+        """Copies made, failed and not made for want of free disk since the last call: a read
+        falls back to Parquet where there is no copy, slower but the same rows, so each fallback
+        is counted for the refresh's reports rather than shown in a log line only."""
+        with self._guard:
+            counts, self._counts = dict(self._counts), collections.Counter()
+        return counts
+
+    def _count(self, what: str) -> None:
+        with self._guard:
+            self._counts[what] += 1
+
+    def _room(self) -> bool:
+        """Whether the copies' disk has `min_free_bytes` free."""
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+            return shutil.disk_usage(self.directory).free >= self.min_free_bytes
+        except OSError:
+            return False
 
     def _folder(self, table: str) -> str:
         """Where the copies of the files of `table` (an arrangement's path) live."""
@@ -93,7 +135,13 @@ class LocalCopies:
         target = self._target(path, key)
         if os.path.exists(target) and os.path.exists(target + ".bounds.npy"):
             return target
-        if target in self._failed:
+        failed_at = self._failed.get(target)
+        if failed_at is not None and time.monotonic() - failed_at < self.retry_seconds:
+            return None
+        if not self._room():
+            log.warning("no local copy of %s: less than %d MB free under %s; it is read as Parquet", path,
+                        self.min_free_bytes >> 20, self.directory)
+            self._count("no_room")
             return None
         with self._guard:
             making = self._making.setdefault(target, threading.Lock())
@@ -103,9 +151,13 @@ class LocalCopies:
             try:
                 self._copy(fragment, key, target)
             except (OSError, ValueError, KeyError, pa.ArrowException) as error:
-                log.warning("no local copy of %s (%s: %s); it is read as Parquet", path, type(error).__name__, error)
-                self._failed.add(target)
+                log.warning("no local copy of %s (%s: %s); it is read as Parquet for %g s, then copied again", path,
+                            type(error).__name__, error, self.retry_seconds)
+                self._failed[target] = time.monotonic()
+                self._count("failed")
                 return None
+            self._failed.pop(target, None)
+            self._count("made")
         self._evict()
         return target
 
@@ -135,7 +187,10 @@ class LocalCopies:
                                for part in (lows, highs, nulls, counts)])
             with open(temporary + ".npy.tmp", "wb") as out:
                 np.save(out, bounds)
+            _durable(temporary + ".arrow.tmp")
+            _durable(temporary + ".npy.tmp")
             os.replace(temporary + ".npy.tmp", target + ".bounds.npy")
+            faults.point("in_local_copy")
             os.replace(temporary + ".arrow.tmp", target)
         finally:
             for leftover in (temporary + ".arrow.tmp", temporary + ".npy.tmp"):
