@@ -2,8 +2,8 @@
 Delta change data feeds in reclocked batch epochs. The public API is `Engine` (see engine.py)."""
 
 from .engine import Engine, Table
-from .keyed.upkeep import Upkeep
 from .errors import DefinitionError, EpochalError, EpochError, StrictModeError
+from .keyed.upkeep import Upkeep
 from .protocol.epoch import Report
 
 __all__ = ["Engine", "Table", "Report", "Upkeep", "DefinitionError", "EpochalError", "EpochError", "StrictModeError"]
