@@ -39,10 +39,13 @@ def _say(message: dict) -> None:
 
 
 def _refresh(spark, command: dict) -> dict:
-    from epochal import Engine, faults
+    from epochal import Engine, Upkeep, faults
 
+    options = dict(command.get("options") or {})  # JSON: the upkeep as its fields
+    if "upkeep" in options:
+        options["upkeep"] = Upkeep(**options["upkeep"])
     engine = Engine(spark, command["root"], parallelism=command.get("parallelism", 2),
-                    cost_model=False)
+                    **{"cost_model": False, **options})
     for name in command.get("sources", []):
         engine.source(name, clock=command.get("clock", "commit"))
     engine.define_all(command["definitions"])

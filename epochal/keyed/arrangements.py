@@ -57,6 +57,7 @@ from deltalake import CommitProperties, DeltaTable, WriterProperties, write_delt
 from deltalake.exceptions import DeltaError
 from pyspark.sql import functions as F
 
+from .. import faults
 from ..arrow_rows import key_kind
 from ..changes import feed_weights, quoted
 from ..graph import WEIGHT
@@ -509,6 +510,7 @@ class Arrangements:
         `driver_build_rows` rows (`_build_on_driver`), else by Spark (`_build_by_spark`)."""
         if not self._build_on_driver(source, version, key, columns):
             self._build_by_spark(spark, source, version, key, columns)
+        faults.point("after_arrangement_build")
         self._written(source, key)
         with self._guard:
             self._distrusted.discard(self.path(source, key))
@@ -604,6 +606,7 @@ class Arrangements:
         write_deltalake(table, aligned(rows, table), mode="append", storage_options=self.storage_options,
                         writer_properties=WriterProperties(max_row_group_size=ROW_GROUP),
                         commit_properties=CommitProperties(custom_metadata={"userMetadata": json.dumps(meta)}))
+        faults.point("after_arrangement_append")
         self._written(source, key)
 
     def advance(self, spark, source: str, version: int, key: str, columns: list[str], changes) -> str:

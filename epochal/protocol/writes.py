@@ -35,6 +35,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from .. import faults
 from ..changes import null_safe_on, quoted, restrict, rows_up_to
 from ..errors import StateInconsistent
 from ..graph import WEIGHT
@@ -292,6 +293,7 @@ def write_state(spark, store: StateStore, write: StateWrite, seq: int, app_id: s
         compacted = latest(earlier.unionByName(tagged_rows()), list(write.keys))
         compacted = compacted.withColumn(DELETE_FLAG, F.lit(False)).withColumn(SEQ, F.lit(seq).cast(LongType()))
         writer(_in_key_order(compacted, write.keys), app_id, seq, tag).mode("overwrite").save(path)
+        faults.point("after_state_compaction")
         return False
     if write.rows is not None and write.rows <= driver_rows:
         table = driver_commits.open_unwritten(path, app_id, seq, store.storage_options)
