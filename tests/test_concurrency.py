@@ -1,7 +1,9 @@
 """Concurrent runs (docs/architecture.md, sections 2 and 3): two processes refreshing the same tables for the
 same epoch apply it exactly once; two processes refreshing different tables at once share the
 remap without conflict; a refresh racing a source writer reads one consistent frontier; and the
-insert-if-absent record tables (remap, ledgers) admit exactly one writer per key.
+insert-if-absent record tables (remap, ledgers) admit exactly one writer per key. The two races
+run with arrangements off and forced (both processes then build and append to the same
+arrangements).
 
 The second process is a child (tests/worker.py) with its own Spark session; both processes start
 a refresh at the same wall-clock instant. Epochs are time windows (`until`), so both processes
@@ -40,6 +42,14 @@ from tests.worker import Child, parent_jars
 pytestmark = pytest.mark.long  # make test-long (CI runs it after make test)
 
 DEFINITIONS = {name: PIPELINE[name] for name in ("agg", "j", "dist")}
+# arrangements forced: both processes build and append to the same arrangements (every version of
+# more than 4 rows is read by key through them), and the epochs after read what they left
+ARRANGED = {"arrange_rows": 0, "driver_rows": 4}
+
+
+@pytest.fixture(scope="module", params=[{}, ARRANGED], ids=["unarranged", "arranged"])
+def options(request) -> dict:
+    return request.param
 
 
 @pytest.fixture(scope="module")
@@ -50,22 +60,23 @@ def child(spark, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def shared(warehouse) -> str:
-    """One warehouse the two racing tests use in turn (sources a and b)."""
-    root = f"{warehouse}/shared"
+def shared(warehouse, options) -> str:
+    """One warehouse the two racing tests use in turn (sources a and b), per set of options."""
+    root = f"{warehouse}/shared-{'arranged' if options else 'unarranged'}"
     create_sources(root)
     return root
 
 
-def race(spark, child: Child, root: str, mine: list[str] | None, theirs: list[str] | None, until: datetime):
+def race(spark, child: Child, root: str, mine: list[str] | None, theirs: list[str] | None, until: datetime,
+         options: dict):
     """Refresh `mine` here and `theirs` in the child (None: all tables), both for the epoch ending
     `until`, starting at the same instant. Returns (engine, my outcome, the child's answer): an
     outcome is a list of reports or the error raised."""
-    engine = build_engine(spark, root, DEFINITIONS)
+    engine = build_engine(spark, root, DEFINITIONS, **options)
     child.ready()
     at = time.time() + 1.0
     child.send({"root": root, "sources": list(SOURCES), "definitions": DEFINITIONS, "tables": theirs,
-                "until": until.isoformat(), "at": at})
+                "until": until.isoformat(), "at": at, "options": options})
     time.sleep(max(0.0, at - time.time()))
     try:
         mine_outcome = engine.refresh(mine, until=until)
@@ -86,7 +97,7 @@ def _outcome_ok(outcome, what: str) -> None:
         assert outcome["error"] in ("EpochError", "EpochalError") and "table '" in message, (what, outcome)
 
 
-def test_two_processes_refreshing_the_same_tables_for_the_same_epoch_apply_it_once(spark, shared, child):
+def test_two_processes_refreshing_the_same_tables_for_the_same_epoch_apply_it_once(spark, shared, child, options):
     """Both processes refresh every table for the same window, twice: the first epoch (tables
     created and rescanned) and an incremental one. Each table commits each epoch once, writes it
     once, and equals its recompute."""
@@ -94,11 +105,11 @@ def test_two_processes_refreshing_the_same_tables_for_the_same_epoch_apply_it_on
         if batch is not None:
             random_batch(shared, random.Random(batch), commits=4)
         until = closed_window()
-        engine, mine, theirs = race(spark, child, shared, None, None, until)
+        engine, mine, theirs = race(spark, child, shared, None, None, until, options)
         _outcome_ok(mine, f"epoch {number} here")
         _outcome_ok(theirs, f"epoch {number} in the child")
         assert not isinstance(mine, Exception) or "reports" in theirs, "both runs failed"
-        engine = build_engine(spark, shared, DEFINITIONS)
+        engine = build_engine(spark, shared, DEFINITIONS, **options)
         for name in engine.tables():
             committed = [s for s in engine.table(name).ledger.committed() if s.epoch_end == until]
             assert len(committed) == 1, f"{name}: epoch {number} committed {len(committed)} times"
@@ -107,13 +118,13 @@ def test_two_processes_refreshing_the_same_tables_for_the_same_epoch_apply_it_on
         assert_matches_recompute(engine, context=f"after raced epoch {number}")
 
 
-def test_two_processes_refreshing_different_tables_share_the_remap(spark, shared, child):
+def test_two_processes_refreshing_different_tables_share_the_remap(spark, shared, child, options):
     """`agg` (reads a and b) here, `dist` (reads `j`, which reads a and b) in the child, one
     window, one instant: one remap record per source, and every table reads the sources up to it."""
     random_batch(shared, random.Random(3), commits=3)
     append(shared, "a", [(5, "x", 2)])
     until = closed_window()
-    engine, mine, theirs = race(spark, child, shared, ["agg"], ["dist"], until)
+    engine, mine, theirs = race(spark, child, shared, ["agg"], ["dist"], until, options)
     assert not isinstance(mine, Exception), mine
     assert "reports" in theirs, theirs
     assert {r["table"] for r in theirs["reports"]} == {"j", "dist"}
@@ -121,7 +132,7 @@ def test_two_processes_refreshing_different_tables_share_the_remap(spark, shared
     assert Counter(r["source"] for r in rows) == {"a": 1, "b": 1}, rows
     frontier = {r["source"]: r["frontier"] for r in rows}
     assert frontier == {name: source_version(shared, name) + 1 for name in SOURCES}
-    engine = build_engine(spark, shared, DEFINITIONS)
+    engine = build_engine(spark, shared, DEFINITIONS, **options)
     for name in ("agg", "j"):
         step = engine.table(name).ledger.last_committed()
         assert step.epoch_end == until and step.inputs["a"]["to"] == frontier["a"] - 1, (name, step)
