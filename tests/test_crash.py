@@ -78,7 +78,7 @@ def engine_options(point: str, arranged: bool) -> dict:
     """The Engine's options for a case (as the child takes them: JSON)."""
     if not arranged:
         return {}
-    return {"arrange_rows": 0, "driver_rows": 4, "upkeep": {} if point == "after_arrangement_append" else EAGER}
+    return {"arrange_rows": 0, "driver_rows": 4, "upkeep": EAGER}
 
 
 def as_engine_options(options: dict) -> dict:
