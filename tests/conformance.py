@@ -22,6 +22,7 @@ import json
 import math
 import os
 import re
+import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
@@ -445,6 +446,7 @@ class Outcome:
     cases: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     mismatches: list[str] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)
+    seconds: Counter = field(default_factory=Counter)  # per phase: sources, refresh, oracle, stored
 
     def records(self, shapes_by_table: dict[str, Shape]) -> list[dict]:
         out = []
@@ -457,7 +459,8 @@ class Outcome:
                         "zone_change": self.run.zone_change,
                         "steps": len(incremental), "rescans": reasons,
                         "mismatch": [m for m in self.mismatches if m.startswith(name + ":")],
-                        "error": self.errors.get(name)})
+                        "error": self.errors.get(name),
+                        "run_seconds": {phase: round(value, 2) for phase, value in self.seconds.items()}})
             if out[-1]["mismatch"] or out[-1]["error"]:
                 out[-1]["replay"] = self.run.replay()
         return out
@@ -483,8 +486,11 @@ def run_case(spark, warehouse: str, run: Run) -> tuple[Outcome, dict[str, Shape]
 
 def _run(spark, warehouse: str, run: Run) -> tuple[Outcome, dict[str, Shape]]:
     root = f"{warehouse}/{uuid.uuid4().hex[:8]}"
+    outcome = Outcome(run)
+    began = time.perf_counter()
     t = Source(spark, f"{root}/sources/t", "x", run.column, run.initial[0])
     u = Source(spark, f"{root}/sources/u", "y", run.column, run.initial[1])
+    outcome.seconds["sources"] += time.perf_counter() - began
     # arrangements forced on the driver path: a version of more than 4 rows is not held whole but
     # read by key, from the arrangements (a version held whole needs none, and would test none)
     driver_rows = (4 if run.arranged else 50_000) if run.path == "driver" else 0
@@ -493,7 +499,6 @@ def _run(spark, warehouse: str, run: Run) -> tuple[Outcome, dict[str, Shape]]:
     engine.source("t")
     engine.source("u")
     by_table = {f"c_{shape.name}": shape for shape in run.shapes()}
-    outcome = Outcome(run)
     for name, shape in by_table.items():
         sql = shape.sql
         try:
@@ -503,28 +508,37 @@ def _run(spark, warehouse: str, run: Run) -> tuple[Outcome, dict[str, Shape]]:
     defined = [n for n in by_table if n not in outcome.errors]
     outcome.cases = {name: [] for name in defined}
 
+    def timed(phase: str, work):
+        began = time.perf_counter()
+        try:
+            return work()
+        finally:
+            outcome.seconds[phase] += time.perf_counter() - began
+
     def epoch(context: str) -> None:
-        reports = engine.refresh(defined)
+        reports = timed("refresh", lambda: engine.refresh(defined))
         for report in reports:
             outcome.cases[report.table].append((report.technique, report.reason or ""))
         oracle = Oracle(engine)
         for name in defined:
             schema = engine.table(name).schema
             names, folded = [f.name for f in schema.fields], folded_columns(schema, by_table[name])
-            got = bag(stored(engine, name), names, folded)
-            want = bag(oracle.frame(name).toArrow(), names, folded)
+            got = bag(timed("stored", lambda: stored(engine, name)), names, folded)
+            want = bag(timed("oracle", lambda: oracle.frame(name).toArrow()), names, folded)
             problem = differences(got, want, names, by_table[name].approximate, by_table[name].slack)
             if problem:
                 outcome.mismatches.append(f"{name}: {context}: {problem}")
 
     epoch("after the first epoch")
     for number, (t_ops, u_ops) in enumerate(run.epochs, start=2):
+        began = time.perf_counter()
         for op in t_ops:
             t.apply(op)
         for op in u_ops:
             u.apply(op)
         if run.large and number == 2:
             t.apply(("insert", [(10 ** 7 + i, i % 4, None) for i in range(300)]))
+        outcome.seconds["sources"] += time.perf_counter() - began
         if run.zone_change and number == len(run.epochs) + 1:
             spark.conf.set(SETTINGS["zone"], "America/Los_Angeles")
         epoch(f"after epoch {number}: t {t_ops} u {u_ops}")

@@ -50,7 +50,8 @@ def main(argv: list[str]) -> int:
             return
         tried[0] += 1
         outcome, _ = run_case(spark, warehouse, run)
-        print(f"{tried[0]}: {run.describe()}: {'MISMATCH' if outcome.mismatches else 'equal'}", flush=True)
+        seconds = ", ".join(f"{phase} {value:.0f}s" for phase, value in outcome.seconds.most_common())
+        print(f"{tried[0]}: {run.describe()}: {'MISMATCH' if outcome.mismatches else 'equal'} ({seconds})", flush=True)
         if outcome.mismatches:
             found.extend(outcome.mismatches)
             with open(args.results, "a") as out:
