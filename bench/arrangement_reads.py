@@ -1,7 +1,7 @@
 """What keyed reads of an arrangement cost when one refresh's join terms ask it for overlapping
 sets of keys (as TPC-H's queries ask lineitem for the same changed orders): `--reads` reads of
 `--keys` keys each, drawn from a pool of `--pool` keys of the arrangement: from the Parquet files
-with decoded row groups kept between reads (Arrangements(decoded_bytes=...)) and without, and
+with decoded row groups kept between reads (KeyedFiles(decoded_bytes=...)) and without, and
 from the files' local copies (local_copies; made first, their making timed apart); each read's
 rows are checked against pyarrow's own filtered scan of the same files.
 
@@ -33,7 +33,8 @@ def main(argv=None) -> None:
     import pyarrow.dataset as ds
     from deltalake import DeltaTable
 
-    from epochal.keyed.arrangements import DECODED_BYTES, Arrangements
+    from epochal.keyed.arrangements import Arrangements
+    from epochal.keyed.keyed_files import DECODED_BYTES, KeyedFiles
     from epochal.keyed.local_copies import LocalCopies
 
     source = f"{arguments.warehouse}/sources/{arguments.input}"
@@ -58,7 +59,7 @@ def main(argv=None) -> None:
     print(f"  local copies made in {time.perf_counter() - began:.2f} s", flush=True)
     for label, budget, copied in (("row groups decoded once", DECODED_BYTES, None), ("every read decodes", 0, None),
                                   ("local copies", 0, copies)):
-        arrangements = Arrangements(probe.root, decoded_bytes=budget, copies=copied)
+        arrangements = Arrangements(probe.root, files=KeyedFiles(copies=copied, decoded_bytes=budget))
         seconds = []
         for values, rows in zip(draws, expected):
             began = time.perf_counter()

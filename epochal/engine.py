@@ -36,6 +36,7 @@ from .graph import Scan, walk
 from .invalidation import Invalidation
 from .invalidation import compute as compute_invalidation
 from .keyed.arrangements import ARRANGE_ROWS, Arrangements
+from .keyed.keyed_files import KeyedFiles
 from .keyed.local_copies import LocalCopies
 from .keyed.shared_reads import SharedReads
 from .keyed.upkeep import Upkeep
@@ -154,9 +155,10 @@ class Engine:
         self._tables: dict[str, Table] = {}
         self.arranged: list[tuple[str, str, int, str, float]] = []  # the last refresh's: path, key, version, what, s
         self.arranged_reads: dict[tuple[str, str], dict[str, int]] = {}  # the last refresh's (Arrangements.take_served)
+        self.keyed_files = KeyedFiles(storage_options, LocalCopies(self.warehouse.local_folder("local_copies"))) \
+            if arrange_rows is not None else None  # keyed reads of arrangements and state tables
         self.arrangements = Arrangements(self.warehouse.engine_path("arrangements"), storage_options, arrange_rows,
-                                         copies=LocalCopies(self.warehouse.local_folder("local_copies")), upkeep=upkeep) \
-            if arrange_rows is not None else None
+                                         files=self.keyed_files, upkeep=upkeep) if arrange_rows is not None else None
 
     # ---- declaring ---------------------------------------------------------------------------
     def source(self, name: str, path: str | None = None, clock: str = "commit") -> Source:
@@ -339,11 +341,11 @@ class Engine:
         the settings the steps depend on (sessions.engine_confs). After
         a failure no new table starts; the first error is raised once the running ones finish."""
         reads = SharedReads(self.storage_options, self.driver_rows, self._columns_read(names),
-                            arrangements=self.arrangements)
+                            arrangements=self.arrangements, files=self.keyed_files)
         if self.arrangements is not None:
             self.arrangements.take_served()  # a failed refresh's reads are not this one's
-            if self.arrangements.copies is not None:
-                self.arrangements.copies.take_counts()
+        if self.keyed_files is not None and self.keyed_files.copies is not None:
+            self.keyed_files.copies.take_counts()
         try:
             reports = self._run_steps(names, epoch, full_refresh, reads)
             self._arrange(reads, self._hydrating(reports))
@@ -415,7 +417,8 @@ class Engine:
         done = collections.Counter(what for _, _, _, what, _ in self.arranged if not what.startswith("failed"))
         failed = [f"{path} by {key}: {what.removeprefix('failed: ')}" for path, key, _, what, _ in self.arranged
                   if what.startswith("failed")]
-        copies = self.arrangements.copies.take_counts() if self.arrangements.copies is not None else {}
+        files = self.keyed_files
+        copies = files.copies.take_counts() if files is not None and files.copies is not None else {}
         return {"arranged": dict(done), "failed": failed, "copies": copies}
 
     def path_of(self, name: str) -> str:
@@ -471,8 +474,8 @@ class Engine:
         return Environment(
             spark=spark, reads=reads, storage_options=self.storage_options, driver_rows=self.driver_rows,
             broadcast_rows=self.broadcast_rows, cost_model=self.cost_model, run_id=self.run_id,
-            arrangements=self.arrangements, triggers=self.triggers, invalidation=self.invalidation,
-            remap=self.remap, sources=self.sources, table=self.table, schema_of=self.schema_of,
+            arrangements=self.arrangements, keyed_files=self.keyed_files, triggers=self.triggers,
+            invalidation=self.invalidation, remap=self.remap, sources=self.sources, table=self.table, schema_of=self.schema_of,
             path_of=self.path_of, upkeep=self.upkeep,
             output_frame=lambda table, inputs, side: output_frame(spark, table, inputs, side, reads))
 

@@ -29,6 +29,7 @@ from epochal.keyed.arrangements import (
     due_for_rebuild,
     net_rows,
 )
+from epochal.keyed.keyed_files import KeyedFiles
 from epochal.keyed.local_copies import LocalCopies
 from epochal.keyed.upkeep import Upkeep
 from epochal.planning.optimize.restrict_cogenerators import keyed_partners
@@ -192,8 +193,8 @@ def test_a_build_sorts_the_input_by_its_key_into_disjoint_ranges(spark, warehous
     blocked = f"{warehouse}/{uuid.uuid4().hex[:8]}-not-a-folder"
     open(blocked, "w").close()
     readers = {"Parquet": arrangements,  # and, where copies cannot be made, Parquet cut by row group on its own
-               "copies failing": Arrangements(arrangements.root, copies=LocalCopies(f"{blocked}/copies")),
-               "copies": Arrangements(arrangements.root, copies=LocalCopies(f"{warehouse}/{uuid.uuid4().hex[:8]}"))}
+               "copies failing": Arrangements(arrangements.root, files=KeyedFiles(copies=LocalCopies(f"{blocked}/copies"))),
+               "copies": Arrangements(arrangements.root, files=KeyedFiles(copies=LocalCopies(f"{warehouse}/{uuid.uuid4().hex[:8]}")))}
     for name, reader in readers.items():
         for keys in ([-500, 0, 499], [-3, 0, 7, 250], [0, 7], list(range(-20, 20))):  # row groups decoded again, and not
             found = reader.read(source, 2, "k", pa.array(keys, pa.int32()), keys == [0, 7], ["k", "v"], None)
@@ -239,7 +240,7 @@ def test_vacuum_deletes_a_rebuilt_arrangements_old_files_and_it_stays_in_use(spa
     write_deltalake(source, pa.table({"k": pa.array([1, 2, 3], pa.int64()), "v": ["a", "b", "c"]}))
     write_deltalake(source, pa.table({"k": pa.array([4], pa.int64()), "v": ["d"]}), mode="append")
     copies = LocalCopies(Warehouse(root).local_folder("local_copies"))
-    arrangements = Arrangements(Warehouse(root).engine_path("arrangements"), copies=copies)
+    arrangements = Arrangements(Warehouse(root).engine_path("arrangements"), files=KeyedFiles(copies=copies))
     arrangements.build(spark, source, 0, "k", ["k", "v"])
     first = glob.glob(f"{copies.directory}/*/*.arrow")
     arrangements.build(spark, source, 1, "k", ["k", "v"])  # built again: version 0's file is removed

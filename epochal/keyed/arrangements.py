@@ -25,10 +25,10 @@ whole input, so it is not repeated lightly. Every commit records, in its `userMe
 input versions its rows stand for (`since`, `to`), so a reader takes the last commit at or
 before the version it wants and adds the change feed from there, and a chain with a gap (a lost
 or doubled append) is never read.
-A read takes each file from its local copy (local_copies: Arrow IPC batches of 256 rows with
-their key bounds, made when the arrangement is built), else from its Parquet row groups,
-keeping those it decoded (DECODED_BYTES) for the next reads, which in one refresh ask for mostly
-the same changed keys. The vacuum job deletes the files a rebuild left behind.
+A read goes through keyed_files.KeyedFiles: each file from its local copy (local_copies: Arrow
+IPC batches of 256 rows with their key bounds, made when the arrangement is built), else from its
+Parquet row groups, keeping those it decoded for the next reads, which in one refresh ask for
+mostly the same changed keys. The vacuum job deletes the files a rebuild left behind.
 
 An arrangement is a cache derived from its input alone: it holds no epoch's result, so a crash
 between its commits and the epoch's loses nothing (the next refresh appends or rebuilds), and a
@@ -39,13 +39,11 @@ exact, a string's are truncated.
 
 from __future__ import annotations
 
-import collections
 import hashlib
 import json
 import logging
 import re
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -64,8 +62,8 @@ from ..graph import WEIGHT
 from ..sessions import session_confs
 from ..storage.commits import aligned
 from ..storage.deltalog import DeltaLog, delta_rs_reads_alike
-from .file_pruning import as_integers, files_holding, row_groups_holding
-from .local_copies import LocalCopies
+from .file_pruning import files_holding
+from .keyed_files import KeyedFiles
 from .upkeep import Upkeep
 
 log = logging.getLogger("epochal")
@@ -74,7 +72,6 @@ ROW_GROUP = 2_000  # rows per Parquet row group of an arrangement (bench.keyed_r
 ROWS_PER_FILE = 4_000_000
 ARRANGE_ROWS = 1_000_000  # inputs smaller than this are scanned (a scan of them costs what a lookup does)
 DRIVER_BUILD_ROWS = 10_000_000  # inputs up to this many rows are arranged on the driver, larger ones by Spark
-DECODED_BYTES = 1 << 30  # decoded row groups kept for later reads (Arrangements.rows_of)
 FORMAT = 1
 # commits that add and remove no rows: the maintenance job's VACUUM (delta-rs logs its start and end)
 ROWLESS_OPERATIONS = frozenset({"VACUUM START", "VACUUM END"})
@@ -193,25 +190,20 @@ class Arrangements:
 
     def __init__(self, root: str, storage_options: dict[str, str] | None = None, min_rows: int = ARRANGE_ROWS,
                  rows_per_file: int = ROWS_PER_FILE, driver_build_rows: int = DRIVER_BUILD_ROWS,
-                 decoded_bytes: int = DECODED_BYTES, copies: LocalCopies | None = None,
-                 upkeep: Upkeep = Upkeep()):
+                 files: KeyedFiles | None = None, upkeep: Upkeep = Upkeep()):
         self.root = root.rstrip("/")
         self.upkeep = upkeep
-        self.copies = copies
+        self.files = files or KeyedFiles(storage_options)  # the keyed reads of its files, local copies included
         self.storage_options = storage_options
         self.min_rows = min_rows
         self.rows_per_file = rows_per_file
         self.driver_build_rows = driver_build_rows
-        self.decoded_bytes = decoded_bytes
         self._chains: dict[str, tuple[int, list[ArrangementCommit]]] = {}
         self._guard = threading.Lock()
         # (input, key) -> [reads, keys, files, row groups, rows read, change feed rows, files read from local
         # copies] since take_served
         self._served: dict[tuple[str, str], list[int]] = {}
         self._distrusted: set[str] = set()  # disagreed with its input or failed to advance: unusable until built
-        # (file, row group, columns) -> its decoded rows, least recently used first (DECODED_BYTES)
-        self._decoded: collections.OrderedDict = collections.OrderedDict()
-        self._decoded_bytes = 0
 
     @staticmethod
     def _prefix(source: str) -> str:
@@ -300,8 +292,8 @@ class Arrangements:
             condition = ds.field(field).isin(values)
             if nulls:
                 condition = condition | ds.field(field).is_null()
-            holding = files_holding(table, dataset, field, values, nulls, row_groups=self.copies is None)
-            arranged, copied, row_groups = self.rows_of(self.path(source, key), holding, selected, field, values,
+            holding = files_holding(table, dataset, field, values, nulls, row_groups=self.files.copies is None)
+            arranged, copied, row_groups = self.files.rows_of(self.path(source, key), holding, selected, field, values,
                                                         nulls, condition, at_most)
             if arranged is None or (at_most is not None and arranged.num_rows > at_most):
                 return None  # more rows than `limit` even if the feed cancelled all it can
@@ -335,85 +327,6 @@ class Arrangements:
             total = self._served.setdefault((source, key), [0] * len(served))
             total[:] = [a + b for a, b in zip(total, served)]
         return rows.rename_columns(list(columns))
-
-    def rows_of(self, path: str, holding, selected: list[str], field: str, values: pa.Array, nulls: bool,
-                condition, at_most: int | None = None) -> tuple[pa.Table | None, int, int]:
-        """`holding`'s rows (files of the table at `path`, an arrangement or a state table, that
-        may hold the keys; without local copies, cut to such row groups too) whose `field` is one
-        of `values` (or NULL, with `nulls`): from each file's local copy (local_copies), else from
-        its Parquet row groups that may hold them. Row groups decoded by earlier reads are taken
-        from memory: the join terms of one refresh read the same changed orders' row groups again
-        and again (lineitem by l_orderkey: a dozen reads of the same row groups an epoch). Also
-        returns how many files were read from their local copies, and how many Parquet row
-        groups were read (decoded or from memory). No rows (None) when the copies' bounds alone
-        show more than `at_most` of them: a read too large for the driver is refused before it is
-        made (TPC-H Q5's supplier changes ask customer for every customer of their nations,
-        660,000 rows at scale 10, which the join then reaches by c_custkey instead)."""
-        parts, copied_files, row_groups = [], 0, 0
-        integers = np.sort(as_integers(values)) if self.copies is not None else None
-        wanted = pa.schema([holding.schema.field(name) for name in selected])
-        try:
-            fragments = list(holding.get_fragments())
-            if integers is not None and at_most is not None:
-                certain = sum(self.copies.certain_rows(f"{path}/{f.path}", f, field, integers) for f in fragments)
-                if certain > at_most:
-                    return None, 0, 0
-            for fragment in fragments:
-                if integers is not None:
-                    copied = self.copies.rows(f"{path}/{fragment.path}", fragment, field, integers, nulls, selected)
-                    if copied is not None:
-                        parts.append(copied.rename_columns(selected).cast(wanted))
-                        copied_files += 1
-                        continue
-                    try:  # not cut by files_holding, which left that to the copies
-                        fragment = row_groups_holding(fragment, field, integers, nulls)
-                    except pa.ArrowException:
-                        pass
-                    if fragment is None:
-                        continue
-                ids = [group.id for group in fragment.row_groups]
-                row_groups += len(ids)
-                found, missing = {}, []
-                with self._guard:
-                    for group in ids:
-                        key = (fragment.path, group, tuple(selected))
-                        hit = self._decoded.get(key)
-                        if hit is None:
-                            missing.append(group)
-                        else:
-                            self._decoded.move_to_end(key)
-                            found[group] = hit
-                if missing:
-                    decoded = fragment.subset(row_group_ids=missing).to_table(schema=holding.schema, columns=selected)
-                    offset = 0
-                    for group in missing:
-                        rows = fragment.metadata.row_group(group).num_rows
-                        found[group] = decoded.slice(offset, rows)
-                        offset += rows
-                    if offset != decoded.num_rows:
-                        raise ValueError(f"{fragment.path}: row groups of {offset} rows decoded as {decoded.num_rows}")
-                    self._keep_decoded(fragment.path, selected, {g: found[g] for g in missing})
-                parts.extend(found[group] for group in ids)
-        except (AttributeError, TypeError):  # not Parquet fragments: scan them as they are
-            return holding.to_table(columns=selected, filter=condition), 0, 0
-        if not parts:
-            return holding.schema.empty_table().select(selected), copied_files, row_groups
-        rows = pa.concat_tables(parts)
-        mask = pc.is_in(rows.column(field), value_set=values)
-        if nulls:
-            mask = pc.or_(mask, pc.is_null(rows.column(field)))
-        return rows.filter(pc.fill_null(mask, False)), copied_files, row_groups
-
-    def _keep_decoded(self, path: str, selected: list[str], groups: dict[int, pa.Table]) -> None:
-        with self._guard:
-            for group, rows in groups.items():
-                key = (path, group, tuple(selected))
-                if key not in self._decoded:
-                    self._decoded[key] = rows
-                    self._decoded_bytes += rows.nbytes
-            while self._decoded and self._decoded_bytes > self.decoded_bytes:
-                _, old = self._decoded.popitem(last=False)
-                self._decoded_bytes -= old.nbytes
 
     def take_served(self) -> dict[tuple[str, str], dict[str, int]]:
         """The reads served since the last call, per (input, key): how many, for how many keys,
@@ -522,27 +435,7 @@ class Arrangements:
         it, not in the first incremental read (copying a large arrangement's files, such as
         lineitem's at scale 10, would otherwise fall on that epoch), and delete the copies of the
         files it was built from before."""
-        self.copy_table(self.path(source, key), key)
-
-    def copy_table(self, path: str, key: str) -> None:
-        """Make the local copies of the files of the Delta table at `path` (an arrangement, or a
-        state table just replaced) for reads by `key`, an integer or date column, and delete the
-        copies of its files that are gone."""
-        if self.copies is None:
-            return
-        try:
-            dataset = DeltaTable(path, storage_options=self.storage_options).to_pyarrow_dataset()
-            field = {n.lower(): dataset.schema.field(n) for n in dataset.schema.names}[key.lower()]
-            if key_kind(field.type) not in ("integer", "date"):
-                return
-            fragments = list(dataset.get_fragments())
-        except Exception as error:  # noqa: BLE001 - copies are a cache; reads make what is missing
-            log.warning("local copies of %s not made now (%s); its first reads make them", path, error)
-            return
-        live = [f"{path}/{fragment.path}" for fragment in fragments]
-        self.copies.prune(path, live, key)
-        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="epochal-copy") as pool:
-            list(pool.map(lambda pair: self.copies.make(pair[0], pair[1], key), zip(live, fragments)))
+        self.files.copy_table(self.path(source, key), key)
 
     def _build_on_driver(self, source: str, version: int, key: str, columns: list[str]) -> bool:
         """Read, sort and write the arrangement on the driver (pyarrow and delta-rs), where the

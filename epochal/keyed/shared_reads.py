@@ -39,6 +39,7 @@ from ..changes import consolidate_rows, feed_weights
 from ..graph import WEIGHT
 from ..storage.deltalog import changed_rows, delta_rs_reads_alike, table_at
 from .file_pruning import files_holding
+from .keyed_files import KeyedFiles
 
 log = logging.getLogger("epochal")
 
@@ -58,7 +59,7 @@ class SharedReads:
 
     def __init__(self, storage_options: dict[str, str] | None = None, driver_rows: int = 0,
                  columns: dict[str, set[str]] | None = None, key_rows: int | None = None,
-                 held_bytes: int = HELD_BYTES, arrangements=None):
+                 held_bytes: int = HELD_BYTES, arrangements=None, files: KeyedFiles | None = None):
         self.storage_options = storage_options
         self.driver_rows = driver_rows
         self.key_rows = KEY_ROWS_PER_DRIVER_ROW * driver_rows if key_rows is None else key_rows
@@ -68,6 +69,7 @@ class SharedReads:
         self._refused: dict[tuple, list[tuple[frozenset, bool]]] = {}  # (path, version, field) -> key sets read in vain
         self.columns = columns or {}  # per table path, the columns the refresh's plans read
         self.arrangements = arrangements  # arrangements.Arrangements: inputs kept sorted by a key
+        self.files = files  # keyed_files.KeyedFiles: state tables' reads through their local copies
         self.keyed: dict[tuple[str, str], int] = {}  # (input path, key) read by key -> latest version asked
         self._reads: dict[tuple, pa.Table | None] = {}
         self._locks: dict[tuple, threading.Lock] = {}
@@ -216,7 +218,7 @@ class SharedReads:
             if nulls:
                 condition = condition | ds.field(target.name).is_null()
             if copied:
-                found, copied, _ = self.arrangements.rows_of(path, dataset, columns, target.name, values, nulls,
+                found, copied, _ = self.files.rows_of(path, dataset, columns, target.name, values, nulls,
                                                              condition, self.key_rows)
                 log.debug("read %s version %d for %d values of %s: %d files from local copies", path, version,
                           len(keys), field, copied)
@@ -235,8 +237,7 @@ class SharedReads:
         """Whether reads of `path` by a key of `key_type` go through local copies of its files: a
         state table's (written in key order, writes.py), by an integer or date key. An input's
         reads are its arrangement's (unsorted, a copy's batch bounds would admit every key)."""
-        return (path not in self.columns and self.arrangements is not None and self.arrangements.copies is not None
-                and key_kind(key_type) in ("integer", "date"))
+        return path not in self.columns and self.files is not None and self.files.copied(key_type)
 
     def _read_columns(self, path: str, names: list[str], field: str) -> list[str]:
         """Of a table's column `names`, those the refresh reads from it and the key `field`

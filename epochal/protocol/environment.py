@@ -13,6 +13,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
 from ..keyed.arrangements import Arrangements
+from ..keyed.keyed_files import KeyedFiles
 from ..keyed.shared_reads import SharedReads
 from ..keyed.upkeep import Upkeep
 from ..reasons import Trigger
@@ -55,6 +56,7 @@ class Environment:
     cost_model: bool
     run_id: str
     arrangements: Arrangements | None
+    keyed_files: KeyedFiles | None  # keyed reads of files, and their local copies (None: arrangements off)
     triggers: Triggers
     invalidation: Any  # invalidation.Invalidation: the column types each table was defined against
     remap: Remap

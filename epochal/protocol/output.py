@@ -269,12 +269,12 @@ def write_states(env: Environment, table, step: Step, state: StateStore, writes:
         recorded = state.versions.get(write.name)
         since = recorded + 1 if recorded is not None and log is not None and log.version >= recorded else 0
         app, tag = f"epochal/{table.name}/{write.name}", _tag(table, step, write.name)
-        copied = bool(write.keys) and env.arrangements is not None and replaces_state(state, write)
+        copied = bool(write.keys) and env.keyed_files is not None and replaces_state(state, write)
         if write_state(env.spark, state, write, step.seq, app, tag, env.driver_rows):
             meter.driver_commits += 1
         elif copied:
             # too large for the driver, so later epochs read it by key: copy it now, not in their reads
-            env.arrangements.copy_table(path, write.keys[0])
+            env.keyed_files.copy_table(path, write.keys[0])
         meter.commits += 1
         found = version_written(path, table.name, step.seq, write.name, since, env.storage_options)
         latest = log.version if log is not None else -1
