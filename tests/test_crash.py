@@ -54,19 +54,25 @@ MATRIX = (
 # The same with arrangements forced (every version of more than 4 rows read by key through them),
 # and the points of the kept state's upkeep: the warehouse has had an incremental epoch (an
 # arrangement append and a state append behind it) and the crashed epoch's lowered thresholds
-# compact the state and build the arrangements again, copies included, except where the point is
-# the append (default thresholds). Those points fire once the epoch's steps have committed: the
-# re-run has nothing to do, and the epoch after it reads what they left half done.
+# compact the state and build the arrangements again, copies included, or, for the append point,
+# append to them. The compaction point fires inside a step, as the state merge's does; the
+# arrangement points once the epoch's steps have committed: the re-run has nothing to do, and the
+# epoch after it reads what they left half done.
 ARRANGED_MATRIX = MATRIX + (
     ("after_arrangement_build", None),
     ("in_local_copy", None),
+    ("after_state_compaction", None),
+    ("after_arrangement_append", None),
 )
-# Not reached yet: in the crashed epoch here agg writes no compaction and both arrangements are
-# built again rather than appended to, whatever the thresholds (each child finished its refresh
-# without reaching these points), so the base warehouse does not yet set them up.
-NOT_REACHED_YET = {"after_state_compaction", "after_arrangement_append"}
-assert {point for point, _ in ARRANGED_MATRIX} | NOT_REACHED_YET == set(POINTS)
+assert {point for point, _ in ARRANGED_MATRIX} == set(POINTS)
+# The kept state's thresholds lowered: every state table compacted after one append, and every
+# arrangement built again after one (EAGER); or never built again (APPENDING), for the append point.
 EAGER = {"compact_after": 1, "rebuild_appends": 1, "rebuild_fraction": 0.0, "rebuild_rows": 0}
+APPENDING = {"compact_after": 1, "rebuild_appends": 64, "rebuild_fraction": 1e9, "rebuild_rows": 10 ** 9}
+# Prepared in place rather than copied: an arrangement is named after its input's path, so in a
+# copied warehouse the crashed epoch finds none and builds them (a moved warehouse rebuilds its
+# arrangements, a cache), never reaching the append.
+IN_PLACE = {"after_arrangement_append"}
 CASES = [(point, table, False) for point, table in MATRIX] + [(point, table, True) for point, table in ARRANGED_MATRIX]
 IDS = [f"{point}@{table}" if table else point for point, table, _ in CASES[:len(MATRIX)]] + \
       [f"{point}@{table}+arranged" if table else f"{point}+arranged" for point, table, _ in CASES[len(MATRIX):]]
@@ -78,7 +84,7 @@ def engine_options(point: str, arranged: bool) -> dict:
     """The Engine's options for a case (as the child takes them: JSON)."""
     if not arranged:
         return {}
-    return {"arrange_rows": 0, "driver_rows": 4, "upkeep": EAGER}
+    return {"arrange_rows": 0, "driver_rows": 4, "upkeep": APPENDING if point == "after_arrangement_append" else EAGER}
 
 
 def as_engine_options(options: dict) -> dict:
@@ -123,14 +129,19 @@ def prepared(spark, warehouse, children):
     kill point set; and per set of engine options an uninterrupted run's tables and state for the
     same window."""
     until = {arranged: _base(spark, f"{warehouse}/base-{arranged}", arranged) for arranged in (False, True)}
+    untils = {}
     for (point, table, arranged), name in zip(CASES, IDS):
         if name not in children:
             continue
         root = f"{warehouse}/{name.replace('@', '-').replace('+', '-')}"
-        shutil.copytree(f"{warehouse}/base-{arranged}", root)
+        if point in IN_PLACE:
+            untils[name] = _base(spark, root, arranged)
+        else:
+            shutil.copytree(f"{warehouse}/base-{arranged}", root)
+            untils[name] = until[arranged]
         children[name].ready()
         children[name].send({"root": root, "sources": ["a", "b"], "definitions": DEFINITIONS,
-                             "until": until[arranged].isoformat(), "options": engine_options(point, arranged),
+                             "until": untils[name].isoformat(), "options": engine_options(point, arranged),
                              "kill_at": f"{point}@{table}" if table else point})
 
     references = {}
@@ -147,7 +158,7 @@ def prepared(spark, warehouse, children):
         assert not exactly_once_problems(engine)
         references[key] = (contents(engine), state_contents(engine))
     roots = {name: f"{warehouse}/{name.replace('@', '-').replace('+', '-')}" for name in IDS}
-    return roots, until, references
+    return roots, untils, references
 
 
 @pytest.mark.parametrize("name", IDS)
@@ -156,7 +167,7 @@ def test_crash_at_each_step_then_rerun_equals_an_uninterrupted_run(spark, childr
     window closed) must not leak into the resumed step. Tables, and the state the next epoch will
     read, equal the uninterrupted run's; the ledger covers every source version once. The epoch
     after it (the late commits) equals the recompute too: it reads what the crash left behind."""
-    roots, until, references = prepared
+    roots, untils, references = prepared
     point, _, arranged = CASES[IDS.index(name)]
     options = engine_options(point, arranged)
     tables, states = references[json.dumps(options, sort_keys=True)]
@@ -169,7 +180,7 @@ def test_crash_at_each_step_then_rerun_equals_an_uninterrupted_run(spark, childr
     append(root, "a", [(1, "late", 100), (None, "late", 1)])  # after the window: the next epoch's
     append(root, "b", [(1, "late")])
     engine = build_engine(spark, root, DEFINITIONS, **as_engine_options(options))
-    engine.refresh(until=until[arranged])
+    engine.refresh(until=untils[name])
     assert contents(engine) == tables, f"after the re-run of {name} the tables differ from an uninterrupted run"
     assert state_contents(engine) == states, f"after the re-run of {name} the state differs from an uninterrupted run"
     problems = exactly_once_problems(engine)
