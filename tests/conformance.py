@@ -22,12 +22,14 @@ import json
 import math
 import os
 import re
+import subprocess
 import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
 from decimal import Decimal
+from pathlib import Path
 
 import pyarrow as pa
 from delta.tables import DeltaTable
@@ -545,14 +547,31 @@ def _run(spark, warehouse: str, run: Run) -> tuple[Outcome, dict[str, Shape]]:
     return outcome, by_table
 
 
+def code_under_test() -> str | None:
+    """The git trees of the engine and of this suite (`epochal/`, `tests/conformance.py`), as
+    committed: results recorded under the same trees are of the same code, whichever commit or
+    invocation wrote them (None outside a git checkout, or with either changed and uncommitted)."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "epochal", "tests/conformance.py"], cwd=root,
+                               capture_output=True, text=True, check=True).stdout.strip()
+        trees = [subprocess.run(["git", "rev-parse", f"HEAD:{part}"], cwd=root, capture_output=True, text=True,
+                                check=True).stdout.strip()[:12] for part in ("epochal", "tests/conformance.py")]
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return None if dirty else "+".join(trees)
+
+
 def record(outcome: Outcome, by_table: dict[str, Shape]) -> None:
-    """Append the run's cases to EPOCHAL_CONFORMANCE_RESULTS, where it is set."""
+    """Append the run's cases to EPOCHAL_CONFORMANCE_RESULTS, where it is set, each with the code
+    it ran (`code_under_test`)."""
     target = os.environ.get("EPOCHAL_CONFORMANCE_RESULTS")
     if not target:
         return
+    code = code_under_test()
     with open(target, "a") as out:
         for entry in outcome.records(by_table):
-            out.write(json.dumps(entry) + "\n")
+            out.write(json.dumps({**entry, "code": code}) + "\n")
 
 
 def expected_rescans(run: Run, step_number: int) -> set[str]:

@@ -66,6 +66,9 @@ def render(cases: list[dict]) -> str:
     for shape in shapes:
         row = [cell(grid[(kind, shape)]) if grid[(kind, shape)] else "-" for kind in types]
         lines.append(f"| {shape} | " + " | ".join(row) + " |")
+    codes = Counter(c.get("code") or "not recorded" for c in cases)
+    lines += ["", "Code under test (git trees of epochal/ and tests/conformance.py: cases): "
+              + ", ".join(f"{code} ({n})" for code, n in codes.most_common())]
     decimals = Counter(c["sql_type"] for c in cases if c["type"] == "DECIMAL")
     if decimals:
         lines += ["", "DECIMAL types drawn (cases): " + ", ".join(f"{t} ({n})" for t, n in sorted(decimals.items()))]
