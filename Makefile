@@ -8,7 +8,7 @@ export DAGSTER_HOME ?= $(if $(findstring ://,$(WAREHOUSE)),$(CURDIR)/.dagster,$(
 export PYTHONPATH := $(CURDIR)
 ARGS ?=
 
-.PHONY: demo test test-long test-deploy test-tpch conformance ui bench soak setup minio clean
+.PHONY: demo test test-long test-faults test-deploy test-tpch conformance ui bench soak setup minio clean
 
 $(BIN)/.installed: pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "epochal needs Python 3.11 or newer")'
@@ -37,13 +37,19 @@ demo: setup
 # leaves a core idle while Python plans, commits and waits on its round trips to the JVM.
 TEST_WORKERS ?= 2
 test: setup
-	$(BIN)/python -m pytest -m "not deploy and not long" -n $(TEST_WORKERS) --dist loadfile $(ARGS)
+	$(BIN)/python -m pytest -m "not deploy and not long and not faults" -n $(TEST_WORKERS) --dist loadfile $(ARGS)
 
 # the tests that start processes of their own (the demo, Dagster's CLI and webserver, the crash
 # matrix, concurrent refreshes) and the longer twins of make test's (the Spark path of the decimal
 # and floating-point tests, further differential runs); CI runs it after make test
 test-long: setup
 	$(BIN)/python -m pytest -m "long and not deploy" -n $(TEST_WORKERS) --dist loadfile $(ARGS)
+
+# the fault matrix (tests/test_faults.py): a source recreated, overwritten, vacuumed, given deletion
+# vectors, column mapping or a column; local copies damaged or their disk full; each case's refresh
+# after the fault in a process of its own. Cases are independent: handed out one at a time.
+test-faults: setup
+	$(BIN)/python -m pytest -m faults -n $(TEST_WORKERS) --dist load $(ARGS)
 
 # MinIO (the S3 deployment test's object store), built from its Go module at a pinned version.
 TOOLS := $(CURDIR)/.tools

@@ -174,6 +174,7 @@ def refused_without_writes(engine, match: str) -> None:
     assert snapshot(engine) == before, "a failed refresh wrote something"
 
 
+@pytest.mark.long  # a source fault, as the fault matrix's (make test-faults): make test-long, keeping make test within 10 minutes
 def test_schema_changes_rescan_or_fail_cleanly(spark, root):
     """With column mapping on from the start: a new column is no reason to rescan; renaming a column
     the table does not read is a reasoned rescan (Delta cannot read change data across it); a wider

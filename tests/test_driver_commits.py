@@ -99,7 +99,7 @@ def _multiset_source(spark, path: str, change: Counter, seq: int, shaped_on: str
 
 @SETTINGS
 @given(changes=multiset_changes())
-@pytest.mark.parametrize("shaped_on", ["spark", "driver"])
+@pytest.mark.parametrize("shaped_on", [pytest.param("spark", marks=pytest.mark.long), "driver"])  # the Spark twin: make test-long
 def test_multiset_commits_apply_the_change_and_record_it_exactly(spark, tmp_path_factory, changes, shaped_on):
     root = str(tmp_path_factory.mktemp("multiset"))
     path = _create(spark, root, INITIAL)

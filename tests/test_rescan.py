@@ -59,6 +59,7 @@ def assert_rescan(reports, code: str, *words: str) -> None:
     assert d.technique == "incremental", (d.technique, d.reason)
 
 
+@pytest.mark.long  # a source fault, as the fault matrix's (make test-faults): make test-long, keeping make test within 10 minutes
 def test_cdf_unavailable_after_vacuum_and_while_the_feed_was_off(spark, setup):
     engine, a, _ = setup
     a.delete("k = 1")
@@ -105,6 +106,7 @@ def test_delta_refusing_a_range_where_the_step_reads_abandons_it_and_rescans(spa
     assert any("DELTA_MISSING_CHANGE_DATA" in why for why in abandoned), abandoned
 
 
+@pytest.mark.long  # a source fault, as the fault matrix's (make test-faults): make test-long, keeping make test within 10 minutes
 def test_source_rewritten_by_overwrite_truncate_and_restore(spark, setup):
     engine, a, _ = setup
     spark.createDataFrame([(1, "x", 100, "o"), (2, "q", 5, "o")], SCHEMA).write.format("delta") \
