@@ -70,16 +70,18 @@ test-tpch: setup
 
 # the conformance suite's long version: ROUNDS rounds of one run of every column type (about 20 cases
 # a run), and the wide-decimal tests at both scales on both paths. Every case's outcome goes to
-# conformance-results.jsonl, then the README's type x operator matrix is rendered from them (fails on
-# any mismatch). Stopped early, the finished runs' results are kept:
-# `python -m tests.conformance_matrix conformance-results.jsonl` renders them.
+# conformance-results.jsonl; then they are kept in tests/conformance_cases/<code>.jsonl (one file
+# per code under test: commit it, and later runs of the same code add to it), and the README's type x
+# operator matrix is rendered from every kept case of the code checked out (fails on any mismatch).
+# Stopped early, the finished runs' results are kept by
+# `python -m tests.conformance_matrix conformance-results.jsonl --kept --readme README.md`.
 CONFORMANCE_ROUNDS ?= 6
 conformance: setup
 	rm -f conformance-results.jsonl
 	EPOCHAL_CONFORMANCE_ROUNDS=$(CONFORMANCE_ROUNDS) \
 	EPOCHAL_CONFORMANCE_KEEP_GOING=1 EPOCHAL_CONFORMANCE_RESULTS=$(CURDIR)/conformance-results.jsonl \
 	$(BIN)/python -m pytest tests/test_conformance.py tests/test_wide_decimals.py -n $(TEST_WORKERS) --maxschedchunk 1 -q $(ARGS)
-	$(BIN)/python -m tests.conformance_matrix conformance-results.jsonl --readme README.md
+	$(BIN)/python -m tests.conformance_matrix conformance-results.jsonl --kept --readme README.md
 
 ui: setup
 	@mkdir -p $(DAGSTER_HOME)
