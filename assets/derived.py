@@ -13,7 +13,9 @@ No `from __future__ import annotations`: Dagster reads config and resource types
 annotations of the asset function.
 """
 
+import time
 import warnings
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Mapping, Sequence
@@ -58,6 +60,10 @@ from resources.quality import ExpectationOutcome, GreatExpectationsResource
 _partitions: dict[tuple, TimeWindowPartitionsDefinition] = {}
 # The partitions a run covers, as the run list shows it (Dagster's own range tags are hidden there).
 PARTITIONS_TAG = "epochal/partitions"
+# The log line that ends each materialization: its seconds per phase (the Spark session, which the run's
+# first step starts; defining the tables; the engine's refresh; the row-level checks; the metadata; the
+# table-level checks), as bench/dagster_run.py reads them.
+SECONDS_LINE = "seconds by phase:"
 
 
 class EpochConfig(Config):
@@ -282,8 +288,19 @@ def derived_asset(spec: TableSpec, specs: Mapping[str, TableSpec], explain_root:
         selected = {k.name for k in context.selected_asset_check_keys if k.asset_key == key}
         row_checks = [RowCheck(e) for e in spec.row_expectations if e.name in selected]
         table_checks = [e for e in spec.table_expectations if e.name in selected]
+        seconds: Counter = Counter()
+        clock = [time.perf_counter()]
+
+        def lap(phase: str) -> None:
+            now = time.perf_counter()
+            seconds[phase] += now - clock[0]
+            clock[0] = now
+
+        epochal.spark.session()  # the run's first step starts Spark: timed apart from defining the tables
+        lap("session")
         engine = epochal.define(chain)
         columns = engine_metadata(engine, spec)
+        lap("define")
         windows = [Window(p, w.start, w.end) for p in context.partition_keys
                    for w in [partitions_def.time_window_for_partition_key(p)]]
         try:
@@ -301,15 +318,18 @@ def derived_asset(spec: TableSpec, specs: Mapping[str, TableSpec], explain_root:
             label = segment[0].key if len(segment) == 1 else f"{segment[0].key} .. {segment[-1].key}"
             context.log.info(f"{spec.name}: applying partition {label} as one epoch ending "
                              f"{segment[-1].end.isoformat()}")
+            lap("define")
             try:
                 applied = apply_segment(engine, spec.name, segment, full_refresh=config.full_refresh and index == 0)
             except Exception as error:
                 yield from _record_and_fail(context, engine, spec, columns, outcomes, row_checks,
                                             error, f"partition {label} failed")
                 return
+            lap("refresh")
             outcomes += applied
             context.log.info(applied[-1].summary())
             failed = _validate_rows(engine, great_expectations, applied[-1], label, len(segment), row_checks)
+            lap("row checks")
             if failed and index < len(segments) - 1:
                 rest = segments[index + 1:]
                 why = (f"blocking check {', '.join(failed)} failed on the rows partition {label} inserted; "
@@ -320,12 +340,15 @@ def derived_asset(spec: TableSpec, specs: Mapping[str, TableSpec], explain_root:
             context.add_asset_metadata(materialization_metadata(engine, spec, outcome, columns),
                                        partition_key=outcome.partition)
         results = [check.result(key) for check in row_checks]
+        lap("metadata")
         if table_checks:
             last = outcomes[-1].partition
             context.log.info(f"{spec.name}: validating {len(table_checks)} table-level expectation(s) "
                              f"on the table as of partition {last}")
             results += [table_check_result(key, o, last)
                         for o in great_expectations.validate(engine.read(spec.name), table_checks)]
+            lap("table checks")
+        context.log.info(f"{spec.name}: {SECONDS_LINE} " + ", ".join(f"{phase} {s:.2f}" for phase, s in seconds.items()))
         yield MaterializeResult(check_results=results)
 
     materialize.__name__ = spec.name
