@@ -16,6 +16,15 @@ one hourly change batch and measures, back to back so machine drift hits both si
   through Spark and as the engine does it (on the driver, epochal.shared_reads, and a delta-rs commit).
 
 A sweep over change fractions (one epoch each, on the first scale) shows where recompute wins.
+
+`--day` measures a day as a schedule lives it, on each scale: the first epoch (every table built,
+its arrangements too) beside a first recompute-and-overwrite, then hourly epochs (24 unless
+`--epochs` says otherwise) each beside its recompute, the engine's own periodic work (state
+compactions, arrangement rebuilds) counted where it happens, and the daily maintenance at the end
+(OPTIMIZE and VACUUM of the engine's tables; VACUUM of the recompute's). It reports both sides'
+cumulative seconds after every epoch and the first epoch from which the incremental total stays
+below the recompute's (the break-even); the noop, unread-columns and floor measurements are left
+out of it.
 Writes bench/results/<timestamp>/report.md, results.json and chart.png and prints the summary.
 
     make bench ARGS="--scales 0.01 0.1 --epochs 3 --fraction 0.001 --queries 1 3 5"
@@ -45,7 +54,7 @@ def _arguments(argv=None) -> argparse.Namespace:
     parser.add_argument("--same-change-rows", action="store_true",
                         help="scale the fraction down on larger scales so every scale changes as many rows per "
                              "epoch as the first (the scaling target)")
-    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=None, help="epochs after the first (default 3; 24 with --day)")
     parser.add_argument("--queries", type=int, nargs="+", default=list(range(1, 23)))
     parser.add_argument("--sweep", type=float, nargs="*", default=[0.0001, 0.001, 0.01, 0.1],
                         help="change fractions for the sweep (empty: no sweep)")
@@ -64,6 +73,9 @@ def _arguments(argv=None) -> argparse.Namespace:
     parser.add_argument("--parallelism", type=int, default=None,
                         help="Engine(parallelism=...): steps run at once; 1 times each table's step alone, "
                              "not beside other tables' steps; default the engine's")
+    parser.add_argument("--day", action="store_true",
+                        help="a day of hourly epochs per scale, first epoch and daily maintenance included, "
+                             "reported as cumulative seconds of both sides (default 24 epochs after the first)")
     parser.add_argument("--source-writer", choices=("delta-rs", "spark"), default="delta-rs",
                         help="who commits the change batches to the sources (ops.changes.ChangeGenerator's "
                              "writer; not timed): 'spark' as runs before 2026-11-26 did")
@@ -195,14 +207,15 @@ def _unread_columns_epoch(engine, spark, root: str, names: list[str], at, rows: 
     return dict(seconds=round(seconds, 3), steps=steps)
 
 
-def _epoch(engine, spark, root: str, generator, index: int, queries: list[str]) -> dict:
+def _epoch(engine, spark, root: str, generator, index: int, queries: list[str], extras: bool = True) -> dict:
     """One change batch; then the whole incremental epoch over every table (one refresh, as a
-    schedule runs it), the recompute-and-overwrite of every table, a noop epoch, and the floor."""
+    schedule runs it), the recompute-and-overwrite of every table, and with `extras` a noop epoch,
+    an unread-columns epoch and the floor."""
     before = _versions(spark, root)
     batch = generator.apply_batch(index, LOADED_AT + timedelta(hours=index - 1, minutes=30))
     until = LOADED_AT + timedelta(hours=index)
-    floor = _floor(spark, root, before)
-    floor_driver = _floor_driver(spark, root, before, engine.driver_rows)
+    floor = _floor(spark, root, before) if extras else None
+    floor_driver = _floor_driver(spark, root, before, engine.driver_rows) if extras else None
     names = [n for n in engine.tables() if n in queries]
     _reset_peaks(spark)
     incremental, reports = _timed(lambda: engine.refresh(names, until=until, upstream=False))
@@ -213,9 +226,11 @@ def _epoch(engine, spark, root: str, generator, index: int, queries: list[str]) 
     _reset_peaks(spark)
     recompute, recomputes = _recompute_all(engine, names, root)
     recompute_peak = _peak_gigabytes(spark)
-    noop, _ = _timed(lambda: engine.refresh(names, until=until + timedelta(minutes=30), upstream=False))
-    unread = _unread_columns_epoch(engine, spark, root, names, until + timedelta(minutes=40),
-                                   sum(batch.counts("lineitem")) or 1000)
+    noop, unread = None, {}
+    if extras:
+        noop, _ = _timed(lambda: engine.refresh(names, until=until + timedelta(minutes=30), upstream=False))
+        unread = _unread_columns_epoch(engine, spark, root, names, until + timedelta(minutes=40),
+                                       sum(batch.counts("lineitem")) or 1000)
     tables = {}
     for report in reports:
         tables[report.table] = dict(
@@ -226,10 +241,46 @@ def _epoch(engine, spark, root: str, generator, index: int, queries: list[str]) 
             estimate=report.detail.get("estimate"),
         )
     changed = {t: batch.counts(t) for t in SOURCES}
-    return dict(index=index, floor_seconds=round(floor, 3), floor_driver_seconds=round(floor_driver, 3), incremental_seconds=round(incremental, 3),
-                recompute_seconds=round(recompute, 3), noop_seconds=round(noop, 3), unread_columns=unread,
+    return dict(index=index, floor_seconds=_rounded(floor), floor_driver_seconds=_rounded(floor_driver),
+                incremental_seconds=round(incremental, 3), recompute_seconds=round(recompute, 3),
+                noop_seconds=_rounded(noop), unread_columns=unread,
                 source_changes=changed, arranged=arranged, arranged_reads=served,
                 peak_gigabytes=dict(incremental=incremental_peak, recompute=recompute_peak), tables=tables)
+
+
+def _rounded(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 3)
+
+
+def _daily_maintenance(spark, root: str, names: list[str]) -> dict:
+    """The day's maintenance as an operator schedules it (ops/maintenance.py's jobs at their
+    defaults): OPTIMIZE of the derived tables, their state and bookkeeping, then VACUUM of them and
+    the arrangements within Delta's default retention; on the recompute's side VACUUM of its
+    tables (an overwrite leaves every earlier version's files behind; OPTIMIZE would find nothing)."""
+    from epochal import maintenance
+    from epochal.maintenance import DeltaTarget
+
+    def engine_side():
+        for target in maintenance.targets(root, names, state=True, bookkeeping=True, spark=spark):
+            maintenance.optimize(spark, target)
+        needed = maintenance.needed_versions(root, spark)
+        for target in maintenance.targets(root, names, state=True, bookkeeping=True, arrangements=True, spark=spark):
+            maintenance.vacuum(spark, target, keep_version=needed.get(target.path))
+
+    def recompute_side():
+        for name in names:
+            maintenance.vacuum(spark, DeltaTarget(name, "derived", f"{root}/_recompute/{name}"))
+
+    engine_seconds, _ = _timed(engine_side)
+    recompute_seconds, _ = _timed(recompute_side)
+    return dict(incremental_seconds=round(engine_seconds, 3), recompute_seconds=round(recompute_seconds, 3))
+
+
+def _upkeep_done(root: str) -> dict[str, int]:
+    from tests.support import upkeep_done
+
+    compactions, rebuilds = upkeep_done(root)
+    return dict(state_compactions=compactions, arrangement_rebuilds=rebuilds)
 
 
 def _driver_pids(spark) -> dict[str, int | None]:
@@ -270,7 +321,7 @@ def _highest(peaks: list[dict]) -> dict[str, float | None]:
 
 def run_scale(spark, work: Path, scale: float, fraction: float, epochs: int, queries: list[str],
               driver_rows: int | None = None, source_writer: str = "delta-rs", arrange_rows: int | None = -1,
-              parallelism: int | None = None) -> dict:
+              parallelism: int | None = None, day: bool = False) -> dict:
     from ops.changes import ChangeGenerator
 
     root = _warehouse(spark, work, scale, f"run-{scale:g}-{fraction:g}")
@@ -278,10 +329,11 @@ def run_scale(spark, work: Path, scale: float, fraction: float, epochs: int, que
     _reset_peaks(spark)
     first, _ = _timed(lambda: engine.refresh(until=LOADED_AT + timedelta(minutes=15)))
     first_peak = _peak_gigabytes(spark)
+    first_recompute = _recompute_all(engine, [n for n in engine.tables() if n in queries], root)[0] if day else None
     generator = ChangeGenerator(spark, root, seed=11, fraction=fraction, writer=source_writer)
     results = []
     for index in range(1, epochs + 1):
-        results.append(_epoch(engine, spark, root, generator, index, queries))
+        results.append(_epoch(engine, spark, root, generator, index, queries, extras=not day))
         epoch = results[-1]
         print(f"  scale {scale:g} fraction {fraction:g} epoch {index}: whole epoch incremental "
               f"{epoch['incremental_seconds']:.1f}s, recompute {epoch['recompute_seconds']:.1f}s "
@@ -289,8 +341,15 @@ def run_scale(spark, work: Path, scale: float, fraction: float, epochs: int, que
                   f"{a['input']}.{a['key']} {a['what']} {a['seconds']:.1f}s" for a in epoch["arranged"]) + "; " + ", ".join(
             f"{n} {t['incremental_seconds']:.1f}s/{t['recompute_seconds']:.1f}s" for n, t in results[-1]["tables"].items()),
             flush=True)
+    daily = None
+    if day:
+        daily = _daily_maintenance(spark, root, [n for n in engine.tables() if n in queries]) | _upkeep_done(root)
+        print(f"  scale {scale:g} daily maintenance: incremental {daily['incremental_seconds']:.1f}s, recompute "
+              f"{daily['recompute_seconds']:.1f}s; upkeep {daily['state_compactions']} state compactions, "
+              f"{daily['arrangement_rebuilds']} arrangement rebuilds", flush=True)
     shutil.rmtree(root, ignore_errors=True)
     return dict(scale=scale, fraction=fraction, first_epoch_seconds=round(first, 1), epochs=results,
+                first_recompute_seconds=_rounded(first_recompute), daily=daily,
                 peak_gigabytes={"first epoch": first_peak,
                                 "incremental epochs": _highest([e["peak_gigabytes"]["incremental"] for e in results]),
                                 "recomputes (the oracle)": _highest([e["peak_gigabytes"]["recompute"] for e in results])})
@@ -356,6 +415,51 @@ def whole_epochs(run: dict) -> tuple[float, float, float]:
     incremental = statistics.mean(e["incremental_seconds"] for e in run["epochs"])
     recompute = statistics.mean(e["recompute_seconds"] for e in run["epochs"])
     return incremental, recompute, recompute / incremental
+
+
+def day(run: dict) -> dict | None:
+    """A day run's cumulative seconds of both sides after the first epoch and after each epoch
+    (the daily maintenance added to the last), and the break-even: the first epoch from which the
+    incremental total stays below the recompute's (None if it never does)."""
+    if run.get("first_recompute_seconds") is None:
+        return None
+    incremental, recompute = [run["first_epoch_seconds"]], [run["first_recompute_seconds"]]
+    for epoch in run["epochs"]:
+        incremental.append(incremental[-1] + epoch["incremental_seconds"])
+        recompute.append(recompute[-1] + epoch["recompute_seconds"])
+    daily = run.get("daily") or {}
+    incremental[-1] += daily.get("incremental_seconds", 0.0)
+    recompute[-1] += daily.get("recompute_seconds", 0.0)
+    ahead = [i < r for i, r in zip(incremental, recompute)]
+    behind = [n for n, a in enumerate(ahead) if not a]
+    even = None if behind and behind[-1] == len(ahead) - 1 else (behind[-1] + 1 if behind else 0)
+    return dict(incremental=incremental, recompute=recompute, break_even=even,
+                ratio=recompute[-1] / incremental[-1] if incremental[-1] else None)
+
+
+def _day_lines(run: dict) -> list[str]:
+    totals = day(run)
+    if totals is None:
+        return []
+    daily = run.get("daily") or {}
+    even = totals["break_even"]
+    lines = [f"**A day: {len(run['epochs']) + 1} epochs (the first included) and the daily maintenance: incremental "
+             f"{totals['incremental'][-1]:.1f} s, recompute-and-overwrite {totals['recompute'][-1]:.1f} s: "
+             f"{totals['ratio']:.2f}x** cumulative; the incremental total stays below the recompute's "
+             + ("from the first epoch on." if even == 0 else f"from epoch {even} on." if even is not None else
+                "at no epoch of the day.") + f" First epoch {run['first_epoch_seconds']} s against a first recompute of "
+             f"{run['first_recompute_seconds']} s. Daily maintenance: {_format(daily.get('incremental_seconds'))} s "
+             f"(OPTIMIZE and VACUUM of the engine's tables) against {_format(daily.get('recompute_seconds'))} s (VACUUM "
+             f"of the recompute's); the engine's own upkeep within the epochs: {daily.get('state_compactions', '-')} "
+             f"state compactions, {daily.get('arrangement_rebuilds', '-')} arrangement rebuilds.", "",
+             "| epoch | incremental s | recompute s | cumulative incremental s | cumulative recompute s |",
+             "|---:|---:|---:|---:|---:|",
+             f"| first | {run['first_epoch_seconds']:.1f} | {run['first_recompute_seconds']:.1f} | "
+             f"{totals['incremental'][0]:.1f} | {totals['recompute'][0]:.1f} |"]
+    for number, epoch in enumerate(run["epochs"], start=1):
+        lines.append(f"| {epoch['index']} | {epoch['incremental_seconds']:.1f} | {epoch['recompute_seconds']:.1f} | "
+                     f"{totals['incremental'][number]:.1f} | {totals['recompute'][number]:.1f} |")
+    return lines + ["(the last row's totals include the daily maintenance)", ""]
 
 
 def _mean(values):
@@ -439,18 +543,18 @@ def report_markdown(arguments, runs: list[dict], sweep: list[dict], started: str
              f"queries {arguments.queries}, source writer {getattr(arguments, 'source_writer', 'spark')}. One Spark session, local[*] on {os.cpu_count()} cores; per table and "
              "epoch the incremental epoch and a full recompute-and-overwrite run back to back.", ""]
     for run in runs:
-        floors = [e["floor_seconds"] for e in run["epochs"]]
         rows = summarize(run)
         incremental, recompute, ratio = whole_epochs(run)
         lines += [f"## Scale {run['scale']:g}, {run['fraction'] * 100:g}% of orders changed per epoch", "",
                   f"**Whole epoch: incremental {incremental:.1f} s, recompute-and-overwrite {recompute:.1f} s: "
                   f"{ratio:.2f}x** (mean of {len(run['epochs'])} epochs; >1 means incremental is faster).", "",
+                  *_day_lines(run),
                   *_peak_line(run),
                   f"First epoch (all tables, rescan): {run['first_epoch_seconds']} s. Noop epoch: mean "
-                  f"{statistics.mean(e['noop_seconds'] for e in run['epochs']):.2f} s. Floor (read the change "
-                  f"batches + one empty commit): mean {statistics.mean(floors):.2f} s through Spark, "
-                  f"{_format(_mean(e.get('floor_driver_seconds') for e in run['epochs']))} s as the engine reads "
-                  "them (on the driver, shared by the epoch's steps).", "",
+                  f"{_format(_mean(e['noop_seconds'] for e in run['epochs']))} s. Floor (read the change "
+                  f"batches + one empty commit): mean {_format(_mean(e['floor_seconds'] for e in run['epochs']))} s "
+                  f"through Spark, {_format(_mean(e.get('floor_driver_seconds') for e in run['epochs']))} s as the "
+                  "engine reads them (on the driver, shared by the epoch's steps).", "",
                   *_unread_line(run),
                   *_choices_line(run),
                   *_arranged_line(run),
@@ -554,10 +658,11 @@ def main(argv=None) -> None:
         (out / "results.json").write_text(json.dumps(dict(arguments=vars(arguments), runs=runs, sweep=sweep), indent=1))
 
     queries = [f"tpch_q{n:02d}" for n in arguments.queries]
+    arguments.epochs = arguments.epochs or (24 if arguments.day else 3)
     for scale in arguments.scales:
         fraction = arguments.fraction * (arguments.scales[0] / scale if arguments.same_change_rows else 1)
         runs.append(run_scale(spark, work, scale, fraction, arguments.epochs, queries, arguments.driver_rows,
-                              arguments.source_writer, arguments.arrange_rows, arguments.parallelism))
+                              arguments.source_writer, arguments.arrange_rows, arguments.parallelism, arguments.day))
         save()
     sweep_queries = [f"tpch_q{n:02d}" for n in arguments.sweep_queries]
     for fraction in arguments.sweep:
