@@ -51,7 +51,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
-from deltalake import CommitProperties, DeltaTable, WriterProperties, write_deltalake
+from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import DeltaError
 from pyspark.sql import functions as F
 
@@ -60,7 +60,7 @@ from ..arrow_rows import key_kind
 from ..changes import feed_weights, quoted
 from ..graph import WEIGHT
 from ..sessions import session_confs
-from ..storage.commits import aligned
+from ..storage.commits import aligned, writer_properties
 from ..storage.deltalog import DeltaLog, delta_rs_reads_alike
 from .file_pruning import files_holding
 from .keyed_files import KeyedFiles
@@ -460,7 +460,7 @@ class Arrangements:
                     key=key, rows=rows.num_rows)
         write_deltalake(self.path(source, key), rows, mode="overwrite", schema_mode="overwrite",
                         storage_options=self.storage_options,
-                        writer_properties=WriterProperties(max_row_group_size=ROW_GROUP),
+                        writer_properties=writer_properties(rows.schema, max_row_group_size=ROW_GROUP),
                         commit_properties=CommitProperties(custom_metadata={"userMetadata": json.dumps(meta)}))
         log.info("arranged %s by %s as of version %d on the driver: %d rows", source, key, version, rows.num_rows)
         return True
@@ -497,7 +497,7 @@ class Arrangements:
         meta = dict(arrangement=FORMAT, since=commit.to, to=to, columns=list(commit.columns), source=source, key=key,
                     rows=rows.num_rows)
         write_deltalake(table, aligned(rows, table), mode="append", storage_options=self.storage_options,
-                        writer_properties=WriterProperties(max_row_group_size=ROW_GROUP),
+                        writer_properties=writer_properties(rows.schema, max_row_group_size=ROW_GROUP),
                         commit_properties=CommitProperties(custom_metadata={"userMetadata": json.dumps(meta)}))
         faults.point("after_arrangement_append")
         self._written(source, key)

@@ -16,7 +16,9 @@ Each commit keeps the guarantees of every engine write:
 - an exact change data feed: only append and MERGE with matched delete, matched update of a
   unique key and not-matched insert, whose feeds tests/test_driver_commits.py proves equal to
   the bag difference of the versions around them (duplicates and NULLs included). Never delta-rs
-  UPDATE: on duplicate rows it records too few images.
+  UPDATE: on duplicate rows it records too few images;
+- readable by Spark's filters: no Parquet statistics for FLOAT and DOUBLE columns
+  (`writer_properties`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import math
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import CommitProperties, DeltaTable, write_deltalake
+from deltalake import ColumnProperties, CommitProperties, DeltaTable, WriterProperties, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 from deltalake.transaction import Transaction
 from pyspark.sql.types import ArrayType, DataType, DoubleType, FloatType, MapType, StructType
@@ -34,6 +36,29 @@ from ..errors import StateInconsistent
 from ..graph import WEIGHT
 
 OP = "__op"
+
+
+def _floating(kind: pa.DataType) -> bool:
+    return pa.types.is_floating(kind) or (pa.types.is_struct(kind) and any(_floating(f.type) for f in kind))
+
+
+def writer_properties(schema: pa.Schema, **options) -> WriterProperties:
+    """Parquet settings for a table Spark reads: no min/max statistics for FLOAT and DOUBLE columns
+    (nor, where a struct holds one, for any column but the plain top-level ones). Parquet's min/max
+    of a floating column leave NaN out (arrow's writer; delta-rs takes its log statistics from them)
+    while Spark orders NaN above every number, so Spark's pruning by them skipped the row groups and
+    files holding NaN for `x > 2` or `x = NaN`, and a filtered read of the table silently missed
+    those rows (docs/exactness.md; tests/test_float_statistics.py). Spark's own writer keeps no
+    min/max for a chunk holding NaN. `options`: further WriterProperties (max_row_group_size)."""
+    floating = [f for f in schema if _floating(f.type)]
+    if not floating:
+        return WriterProperties(**options)
+    off = ColumnProperties(statistics_enabled="NONE")
+    if not any(pa.types.is_struct(f.type) for f in floating):  # delta-rs names top-level columns only
+        return WriterProperties(column_properties={f.name: off for f in floating}, **options)
+    on = ColumnProperties(statistics_enabled="PAGE")
+    return WriterProperties(default_column_properties=off, column_properties={
+        f.name: on for f in schema if not _floating(f.type) and not pa.types.is_nested(f.type)}, **options)
 
 
 def _properties(app_id: str, seq: int, tag: str) -> CommitProperties:
@@ -170,7 +195,8 @@ def merge_keyed(table: DeltaTable, rows: pa.Table, columns: list[str], key: list
     values = {_column(c): _column(c, "s") for c in columns}
     (
         table.merge(aligned(rows, table, (OP,)), _same(key, table), source_alias="s", target_alias="t",
-                    streamed_exec=False, commit_properties=_properties(app_id, seq, tag))
+                    streamed_exec=False, commit_properties=_properties(app_id, seq, tag),
+                    writer_properties=writer_properties(rows.schema))
         .when_matched_delete(predicate=f"s.{OP} = 'delete'")
         .when_matched_update(updates=values)
         .when_not_matched_insert(updates=values, predicate=f"s.{OP} = 'upsert'")
@@ -184,7 +210,8 @@ def merge_multiset(table: DeltaTable, rows: pa.Table, columns: list[str], app_id
     values = {_column(c): _column(c, "s") for c in columns}
     (
         table.merge(aligned(rows, table, (OP,)), _same(columns, table) + f" AND s.{OP} = 'delete'", source_alias="s",
-                    target_alias="t", streamed_exec=False, commit_properties=_properties(app_id, seq, tag))
+                    target_alias="t", streamed_exec=False, commit_properties=_properties(app_id, seq, tag),
+                    writer_properties=writer_properties(rows.schema))
         .when_matched_delete()
         .when_not_matched_insert(updates=values, predicate=f"s.{OP} = 'insert'")
         .execute()
@@ -193,7 +220,7 @@ def merge_multiset(table: DeltaTable, rows: pa.Table, columns: list[str], app_id
 
 def append(table: DeltaTable, rows: pa.Table, app_id: str, seq: int, tag: str, storage_options=None) -> None:
     write_deltalake(table, aligned(rows, table), mode="append", storage_options=storage_options,
-                    commit_properties=_properties(app_id, seq, tag))
+                    commit_properties=_properties(app_id, seq, tag), writer_properties=writer_properties(rows.schema))
 
 
 def replace(path: str, rows: pa.Table, app_id: str, seq: int, tag: str, storage_options=None,
@@ -214,5 +241,6 @@ def replace(path: str, rows: pa.Table, app_id: str, seq: int, tag: str, storage_
     configuration = {"delta.enableChangeDataFeed": "true"} if change_data_feed and existing is None else None
     write_deltalake(existing if existing is not None else path, data, mode="overwrite",
                     schema_mode="overwrite" if existing is not None else None, configuration=configuration,
-                    storage_options=storage_options, commit_properties=_properties(app_id, seq, tag))
+                    storage_options=storage_options, commit_properties=_properties(app_id, seq, tag),
+                    writer_properties=writer_properties(schema))
     return True
