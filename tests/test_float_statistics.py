@@ -15,11 +15,13 @@ from __future__ import annotations
 import math
 import uuid
 
+import pyarrow as pa
 import pytest
+from deltalake import write_deltalake
 
 from epochal import Engine
 from tests.conformance import bag, stored
-from tests.support import SyntheticSource
+from tests.support import Oracle, SyntheticSource
 
 SCHEMA = "id int, k int, x double, f float, s struct<x: double, n: int>"
 ROWS = [(1, 0, 1.0, 1.0, (1.0, 1)), (2, 0, 5.0, 5.0, (5.0, 2)), (3, 1, -1.0, -1.0, (-1.0, 3))]
@@ -77,12 +79,6 @@ def test_a_join_on_a_floating_key_finds_nan_partners_in_a_source_another_writer_
     read was filtered to the change's key ranges, and Spark's pruning by those statistics dropped
     the partner rows whose key is NaN, which the recompute (no such filter) joins: the engine no
     longer narrows a read by ranges of a FLOAT or DOUBLE column (epochal/narrowing.py)."""
-    import pyarrow as pa
-    from deltalake import write_deltalake
-
-    from tests.conformance import bag
-    from tests.support import Oracle
-
     root = f"{warehouse}/{uuid.uuid4().hex[:8]}"
     source = SyntheticSource(spark, f"{root}/sources/t", "id int, x double", [(1, 1.0), (2, 2.0)])
     write_deltalake(f"{root}/sources/u", pa.table({"id": pa.array([10, 11, 12], pa.int32()),
