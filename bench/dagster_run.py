@@ -13,6 +13,10 @@ partition is closed and not yet materialized. Each side runs on a copy of it (so
 engine state and the Dagster instance), so both apply the same epoch over the same state. The
 split comes from the run's event log (each asset logs its seconds by phase, assets/derived.py's
 SECONDS_LINE). Writes bench/results/<timestamp>-dagster/report.md and results.json.
+
+Dagster and the code location are imported where they are used, as in bench/__main__.py: importing
+`definitions` builds the definitions of the default warehouse, and the preparing process must set
+DAGSTER_HOME first.
 """
 
 from __future__ import annotations
