@@ -70,6 +70,7 @@ log = logging.getLogger("epochal")
 
 ROW_GROUP = 2_000  # rows per Parquet row group of an arrangement (bench.keyed_reads: 2,000 vs 10,000)
 ROWS_PER_FILE = 4_000_000
+COMPRESSION = "UNCOMPRESSED"  # the driver's builds and appends as they were first written (parquet-rs's default)
 ARRANGE_ROWS = 1_000_000  # inputs smaller than this are scanned (a scan of them costs what a lookup does)
 DRIVER_BUILD_ROWS = 10_000_000  # inputs up to this many rows are arranged on the driver, larger ones by Spark
 FORMAT = 1
@@ -460,7 +461,8 @@ class Arrangements:
                     key=key, rows=rows.num_rows)
         write_deltalake(self.path(source, key), rows, mode="overwrite", schema_mode="overwrite",
                         storage_options=self.storage_options,
-                        writer_properties=writer_properties(rows.schema, max_row_group_size=ROW_GROUP),
+                        writer_properties=writer_properties(rows.schema, max_row_group_size=ROW_GROUP,
+                                                            compression=COMPRESSION),
                         commit_properties=CommitProperties(custom_metadata={"userMetadata": json.dumps(meta)}))
         log.info("arranged %s by %s as of version %d on the driver: %d rows", source, key, version, rows.num_rows)
         return True
@@ -497,7 +499,8 @@ class Arrangements:
         meta = dict(arrangement=FORMAT, since=commit.to, to=to, columns=list(commit.columns), source=source, key=key,
                     rows=rows.num_rows)
         write_deltalake(table, aligned(rows, table), mode="append", storage_options=self.storage_options,
-                        writer_properties=writer_properties(rows.schema, max_row_group_size=ROW_GROUP),
+                        writer_properties=writer_properties(rows.schema, max_row_group_size=ROW_GROUP,
+                                                            compression=COMPRESSION),
                         commit_properties=CommitProperties(custom_metadata={"userMetadata": json.dumps(meta)}))
         faults.point("after_arrangement_append")
         self._written(source, key)

@@ -42,17 +42,22 @@ def _floating(kind: pa.DataType) -> bool:
     return pa.types.is_floating(kind) or (pa.types.is_struct(kind) and any(_floating(f.type) for f in kind))
 
 
-def writer_properties(schema: pa.Schema, **options) -> WriterProperties:
+def writer_properties(schema: pa.Schema, **options) -> WriterProperties | None:
     """Parquet settings for a table Spark reads: no min/max statistics for FLOAT and DOUBLE columns
     (nor, where a struct holds one, for any column but the plain top-level ones). Parquet's min/max
     of a floating column leave NaN out (arrow's writer; delta-rs takes its log statistics from them)
     while Spark orders NaN above every number, so Spark's pruning by them skipped the row groups and
     files holding NaN for `x > 2` or `x = NaN`, and a filtered read of the table silently missed
     those rows (docs/exactness.md; tests/test_float_statistics.py). Spark's own writer keeps no
-    min/max for a chunk holding NaN. `options`: further WriterProperties (max_row_group_size)."""
+    min/max for a chunk holding NaN.
+
+    `options`: further WriterProperties (max_row_group_size, compression). None when there is
+    nothing to set, so delta-rs's own defaults hold; otherwise compression is SNAPPY, delta-rs's
+    default, unless `options` name another (a WriterProperties without it writes uncompressed)."""
     floating = [f for f in schema if _floating(f.type)]
     if not floating:
-        return WriterProperties(**options)
+        return WriterProperties(**options) if options else None
+    options = {"compression": "SNAPPY", **options}
     off = ColumnProperties(statistics_enabled="NONE")
     if not any(pa.types.is_struct(f.type) for f in floating):  # delta-rs names top-level columns only
         return WriterProperties(column_properties={f.name: off for f in floating}, **options)
