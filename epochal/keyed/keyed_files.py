@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as ds
 from deltalake import DeltaTable
 
 from ..arrow_rows import key_kind
@@ -24,6 +25,17 @@ from .local_copies import LocalCopies
 log = logging.getLogger("epochal")
 
 DECODED_BYTES = 1 << 30  # decoded row groups kept for later reads (KeyedFiles.rows_of)
+
+
+def filtered_batches(dataset: ds.Dataset, columns: list[str], condition: ds.Expression):
+    """The batches of a delta-rs dataset's `columns` (the condition's among them), each filtered
+    after it is read, never by the scanner. pyarrow simplifies a scan's filter against each
+    fragment's guarantee, which delta-rs builds from the Delta statistics; where those hold a
+    column's null count but no min/max (Spark's Delta keeps none for a BOOLEAN column) the guarantee
+    reads `x >= null and x <= null`, under which every filter on x is false, and the scan of a
+    version for some BOOLEAN keys found no rows (tests/test_shared_reads.py)."""
+    for batch in dataset.scanner(columns=columns).to_batches():
+        yield batch.filter(condition)
 
 
 class KeyedFiles:
@@ -106,7 +118,7 @@ class KeyedFiles:
                     self._remember(f"{path}/{fragment.path}", selected, {g: found[g] for g in missing})
                 parts.extend(found[group] for group in ids)
         except (AttributeError, TypeError):  # not Parquet fragments: scan them as they are
-            return holding.to_table(columns=selected, filter=condition), 0, 0
+            return pa.Table.from_batches(list(filtered_batches(holding, selected, condition)), wanted), 0, 0
         if not parts:
             return holding.schema.empty_table().select(selected), copied_files, row_groups
         rows = pa.concat_tables(parts)

@@ -39,7 +39,7 @@ from ..changes import consolidate_rows, feed_weights
 from ..graph import WEIGHT
 from ..storage.deltalog import changed_rows, delta_rs_reads_alike, table_at
 from .file_pruning import files_holding
-from .keyed_files import KeyedFiles
+from .keyed_files import KeyedFiles, filtered_batches
 
 log = logging.getLogger("epochal")
 
@@ -224,7 +224,7 @@ class SharedReads:
                           len(keys), field, copied)
                 return found if found is not None and found.num_rows <= self.key_rows else None
             batches, rows = [], 0
-            for batch in dataset.scanner(columns=columns, filter=condition).to_batches():
+            for batch in filtered_batches(dataset, columns, condition):
                 rows += batch.num_rows
                 if rows > self.key_rows:
                     return None  # too many: Spark's to read
