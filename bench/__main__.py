@@ -329,7 +329,8 @@ def run_scale(spark, work: Path, scale: float, fraction: float, epochs: int, que
     _reset_peaks(spark)
     first, _ = _timed(lambda: engine.refresh(until=LOADED_AT + timedelta(minutes=15)))
     first_peak = _peak_gigabytes(spark)
-    first_recompute = _recompute_all(engine, [n for n in engine.tables() if n in queries], root)[0] if day else None
+    names = [n for n in engine.tables() if n in queries]
+    first_recompute = _recompute_all(engine, names, root)[0] if day else None
     generator = ChangeGenerator(spark, root, seed=11, fraction=fraction, writer=source_writer)
     results = []
     for index in range(1, epochs + 1):
@@ -343,7 +344,7 @@ def run_scale(spark, work: Path, scale: float, fraction: float, epochs: int, que
             flush=True)
     daily = None
     if day:
-        daily = _daily_maintenance(spark, root, [n for n in engine.tables() if n in queries]) | _upkeep_done(root)
+        daily = _daily_maintenance(spark, root, names) | _upkeep_done(root)
         print(f"  scale {scale:g} daily maintenance: incremental {daily['incremental_seconds']:.1f}s, recompute "
               f"{daily['recompute_seconds']:.1f}s; upkeep {daily['state_compactions']} state compactions, "
               f"{daily['arrangement_rebuilds']} arrangement rebuilds", flush=True)
