@@ -1,10 +1,12 @@
 """Rows held on the driver as Arrow, typed as Spark types them: which key types Arrow compares as
-Spark does, key tuples, the Arrow types of a Spark schema, and a Spark frame over Arrow rows made
-only when Spark needs it. Shared by the driver-side evaluators, the keyed reads and the state."""
+Spark does, key tuples, the Arrow types of a Spark schema, a Spark frame over Arrow rows made only
+when Spark needs it, and the rows a frame carries with it (`Held`, `hold`). Shared by the
+driver-side evaluators, the operators, the keyed reads and the state."""
 
 from __future__ import annotations
 
 import threading
+from typing import Callable
 
 import pyarrow as pa
 from pyspark.sql import DataFrame
@@ -54,6 +56,72 @@ def key_kind(arrow_type: pa.DataType) -> str:
     return str(arrow_type)
 
 
+class Held:
+    """Arrow rows on the driver holding every row of the frame that carries them (`hold`), so the
+    frame's key values are taken there without a Spark job; `exact` when they are the frame's rows,
+    no more, so the operators above may compute on them instead of Spark. The rows may be given as
+    a function, called when first asked for (once: steps share frames)."""
+
+    __slots__ = ("_rows", "exact", "_computing")
+
+    def __init__(self, rows: pa.Table | Callable[[], pa.Table], exact: bool):
+        self._rows = rows
+        self.exact = exact
+        self._computing = threading.Lock()
+
+    @property
+    def computed(self) -> bool:
+        """Whether the rows are there already (not a function still to call)."""
+        return not callable(self._rows)
+
+    def rows(self) -> pa.Table:
+        if callable(self._rows):
+            with self._computing:
+                if callable(self._rows):
+                    self._rows = self._rows()
+        return self._rows
+
+
+HELD = "epochal_held"  # the attribute of a frame carrying its Held rows
+
+
+def hold(frame: DataFrame, rows: pa.Table | Callable[[], pa.Table], exact: bool = False) -> DataFrame:
+    """`frame`, carrying `rows` (an Arrow table with the frame's columns, read or computed on the
+    driver, or a function computing it) as rows holding every row of it; `exact` when they are
+    its rows, no more. The rows travel with the frame object (a frame Spark derives from it is a
+    new object, carrying none)."""
+    frame.__dict__[HELD] = Held(rows, exact)
+    return frame
+
+
+def held(frame: DataFrame | None) -> Held | None:
+    return frame.__dict__.get(HELD) if frame is not None else None
+
+
+def held_rows(frame: DataFrame | None) -> pa.Table | None:
+    """The Arrow rows `frame` carries (a superset of its rows), or None."""
+    found = held(frame)
+    return found.rows() if found is not None else None
+
+
+def exact_rows(frame: DataFrame | None) -> pa.Table | None:
+    """The Arrow rows `frame` carries as exactly its own (delta-rs's or Spark's Arrow types), or None."""
+    found = held(frame)
+    return found.rows() if found is not None and found.exact else None
+
+
+def computed_rows(frame: DataFrame | None) -> pa.Table | None:
+    """exact_rows where they are computed already (not a function still to call), else None."""
+    found = held(frame)
+    return found.rows() if found is not None and found.exact and found.computed else None
+
+
+def held_exactly(frame: DataFrame | None) -> bool:
+    """Whether `frame` carries exactly its rows, without computing rows given as a function."""
+    found = held(frame)
+    return found is not None and found.exact
+
+
 class LocalFrame(ClassicDataFrame):
     """A local relation of Arrow rows, handed to Spark only when Spark first needs it.
 
@@ -80,7 +148,7 @@ class LocalFrame(ClassicDataFrame):
         with self.__dict__["_creating"]:
             if "_jdf" not in self.__dict__:
                 frame = self.__dict__["_create"]()
-                self.__dict__.update({k: v for k, v in frame.__dict__.items() if k != "schema"})
+                self.__dict__.update({k: v for k, v in frame.__dict__.items() if k not in ("schema", HELD)})
         if name in self.__dict__:
             return self.__dict__[name]
         return super().__getattr__(name)  # DataFrame's: a column by name

@@ -32,7 +32,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, DoubleType, FloatType, IntegralType
 from sqlglot import exp
 
-from .arrow_rows import key_kind
+from .arrow_rows import held_rows, key_kind
 from .changes import quoted
 from .graph import Filter, Join, Node, SemiJoin, conjuncts, join_order
 
@@ -92,7 +92,7 @@ def values_on_driver(rows, column: str) -> tuple[list, bool] | None:
 def batch_keys(change: DataFrame, columns: list[str], rows=None) -> dict[str, list | tuple]:
     """Per column, its sorted distinct non-NULL values in the batch, or (min, max) when more than
     MAX_KEYS (one job for all columns; a second only when some column has too many values). With
-    `rows` (Arrow rows holding every row of the batch, Context.rows_on_driver) the values are
+    `rows` (Arrow rows holding every row of the batch, arrow_rows.held_rows) the values are
     taken there, without a job: a superset where Spark filters the batch further, which is as
     good (every use of the keys is a superset of the matching rows, the join itself is exact)."""
     if rows is not None:
@@ -156,7 +156,7 @@ def matching_keys(ctx, frame: DataFrame, column: str, nulls: bool, rows=None) ->
     """The keys to read a partner for: `column`'s values in `frame` (or in `rows`, Arrow rows
     holding every row of it that can join), with the partner's NULLs when `nulls` (a NULL-safe
     correlation matches them)."""
-    found = distinct_values(frame, column, rows if rows is not None else ctx.rows_on_driver(frame))
+    found = distinct_values(frame, column, rows if rows is not None else held_rows(frame))
     return None if found is None else (found[0], nulls)
 
 
@@ -199,14 +199,14 @@ def narrow_partners(ctx, node: Join, start: int, frames: dict[int, DataFrame], s
     narrowed: dict[int, object] = {}
 
     def rows(index: int):
-        return narrowed[index] if index in narrowed else ctx.rows_on_driver(frames[index])
+        return narrowed[index] if index in narrowed else held_rows(frames[index])
 
     def read(index: int, column: str, keys, partner: int, partner_column: str) -> bool:
         frame = restricted_snapshot(ctx, node.parts[index], sides[index], column, keys)
         if frame is None or not comparable(frames[partner].schema[partner_column].dataType, frame.schema[column].dataType):
             return False
         frames[index] = frame
-        kept = semi_joined(rows(partner), partner_column, ctx.rows_on_driver(frame), column)
+        kept = semi_joined(rows(partner), partner_column, held_rows(frame), column)
         if kept is not None:
             narrowed[partner] = kept
         return True
@@ -217,8 +217,8 @@ def narrow_partners(ctx, node: Join, start: int, frames: dict[int, DataFrame], s
     if marked:
         columns = sorted({a for a, _, _ in marked})
         keys = ctx.memo(node.parts[start], "restrict_keys:" + ",".join(columns),
-                        lambda: batch_keys(change, columns, ctx.rows_on_driver(change)))
-    held = ctx.rows_on_driver(change)
+                        lambda: batch_keys(change, columns, held_rows(change)))
+    held = held_rows(change)
     for a, j, b in sorted(marked, key=lambda pair: not _filters(node.parts[pair[1]])):
         if j in frames or not isinstance(keys[a], list):  # a (min, max) range: too many keys to read for
             continue
@@ -242,10 +242,10 @@ def narrow_partners(ctx, node: Join, start: int, frames: dict[int, DataFrame], s
             (y,) = mine
             for p in sorted(reduced):
                 for x in ends - mine:
-                    if x in node.parts[p].columns and (not held_only or ctx.rows_on_driver(frames[p]) is not None):
+                    if x in node.parts[p].columns and (not held_only or held_rows(frames[p]) is not None):
                         yield p, x, y
 
-    reduced = {j for j in frames if not held_only or ctx.rows_on_driver(frames[j]) is not None}
+    reduced = {j for j in frames if not held_only or held_rows(frames[j]) is not None}
     order = sorted((index for index, _ in join_order(node, start) if index >= 0 and index not in frames),
                    key=lambda index: not _filters(node.parts[index]))
     tried: set[tuple] = set()
@@ -266,7 +266,7 @@ def narrow_partners(ctx, node: Join, start: int, frames: dict[int, DataFrame], s
             frames[index] = ctx.snapshot(node.parts[index], sides[index])  # whole: no reduction to pass on
     types = {f.name: f.dataType for f in change.schema.fields} if marked else {}
     for a, j, b in marked:
-        if j not in read_for_marks and ctx.rows_on_driver(frames[j]) is None:
+        if j not in read_for_marks and held_rows(frames[j]) is None:
             target = {f.name: f.dataType for f in frames[j].schema.fields}
             if b in target and comparable(types[a], target[b]) and prunable(target[b]):
                 frames[j] = frames[j].filter(ranges_filter(b, keys[a]))

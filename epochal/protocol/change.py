@@ -13,7 +13,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType
 
-from ..arrow_rows import lazy_frame, spark_typed
+from ..arrow_rows import computed_rows, hold, lazy_frame, spark_typed
 from ..changes import consolidate, consolidate_rows, quoted, rows_up_to
 from ..errors import StateInconsistent
 from ..graph import WEIGHT, walk
@@ -27,7 +27,7 @@ from .writes import DRIVER_WRITE_TYPES, arrow_as
 def consolidated(ctx: Context, rows: DataFrame) -> DataFrame:
     """`rows` consolidated: by Spark, persisted, where they are Spark's; where they are held on
     the driver (consolidated there when collected), a frame Spark plans only if a write needs it."""
-    if ctx.computed_rows(rows) is None:
+    if computed_rows(rows) is None:
         return consolidate(rows)
     schema = analysed_schema(ctx, ("consolidate",), consolidate, rows.schema)
     return lazy_frame(ctx.spark, lambda: consolidate(rows).persist(), schema)
@@ -49,7 +49,7 @@ def incremental_rows(table, ctx: Context) -> DataFrame:
         return frame.select(*[F.col(quoted(internal)).cast(field.dataType).alias(field.name)
                               for internal, field in zip(plan.columns, table.schema.fields)], F.col(WEIGHT))
 
-    held = ctx.computed_rows(root)
+    held = computed_rows(root)
     types = {f.name: f.dataType for f in root.schema.fields} if held is not None else {}
     if held is not None and all(types.get(internal) == field.dataType
                                 for internal, field in zip(plan.columns, table.schema.fields)):
@@ -57,7 +57,7 @@ def incremental_rows(table, ctx: Context) -> DataFrame:
         schema = analysed_schema(ctx, ("output", tuple(plan.columns), table.schema.json()), output_of, root.schema)
         typed = spark_typed(held.select([*plan.columns, WEIGHT]).rename_columns(schema.names), schema)
         if typed is not None:
-            return ctx.on_driver(lazy_frame(ctx.spark, lambda: output_of(root), schema), typed, exact=True)
+            return hold(lazy_frame(ctx.spark, lambda: output_of(root), schema), typed, exact=True)
     return output_of(root)
 
 

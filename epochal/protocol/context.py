@@ -11,6 +11,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
 from .. import settings
+from ..arrow_rows import held_exactly, held_rows
 from ..changes import NEW, InputRange
 from ..graph import Node, Scan, walk
 from ..keyed.shared_reads import SharedReads
@@ -62,9 +63,6 @@ class Context:
         self.scratch: dict[tuple[int, str], object] = {}
         self.rows_read = 0
         self.persisted: list[DataFrame] = []
-        # id(frame) -> (frame, rows, exact): frames whose rows are a subset of an Arrow table on
-        # the driver (exact: the same bag of rows)
-        self._on_driver: dict[int, tuple[DataFrame, object, bool]] = {}
 
     @cached_property
     def typing_confs(self) -> tuple:
@@ -90,7 +88,7 @@ class Context:
                 rng = self.inputs[node.table]
                 with refusals(f"the change data of {rng.kind} {rng.name!r} versions {rng.before + 1}..{rng.after}"):
                     batch = self.rule_for(node).delta(node, self)
-                    held = self.rows_on_driver(batch)  # consolidated on the driver: its rows are counted
+                    held = held_rows(batch)  # consolidated on the driver: its rows are counted
                     rows = held.num_rows if held is not None else None
                     if rows is None:
                         batch = batch.persist()  # a short plan: no cut needed
@@ -101,43 +99,6 @@ class Context:
                 self._changed[id(node)] = bool(rows)
         return self.rows_read
 
-    def on_driver(self, frame: DataFrame, rows, exact: bool = False) -> DataFrame:
-        """Note that every row of `frame` is in `rows` (an Arrow table with frame's columns, read
-        or computed on the driver; or a function computing it, called when first asked for), so
-        its key values can be taken there without a Spark job; `exact` when `rows` are frame's
-        rows, no more, so operators above may compute on them."""
-        self._on_driver[id(frame)] = (frame, rows, exact)
-        return frame
-
-    def _held(self, frame: DataFrame):
-        held = self._on_driver.get(id(frame))
-        if held is None or held[0] is not frame:
-            return None
-        if callable(held[1]):
-            held = self._on_driver[id(frame)] = (frame, held[1](), held[2])
-        return held
-
-    def rows_on_driver(self, frame: DataFrame):
-        """The Arrow rows noted for `frame` (a superset of its rows), or None."""
-        held = self._held(frame)
-        return held[1] if held is not None else None
-
-    def exact_rows(self, frame: DataFrame):
-        """The Arrow rows noted as exactly `frame`'s (delta-rs's or Spark's Arrow types), or None."""
-        held = self._held(frame)
-        return held[1] if held is not None and held[2] else None
-
-    def computed_rows(self, frame: DataFrame):
-        """exact_rows where they are computed already (not noted as a function), else None."""
-        held = self._on_driver.get(id(frame))
-        exact = held is not None and held[0] is frame and held[2] and not callable(held[1])
-        return held[1] if exact else None
-
-    def held_exactly(self, frame: DataFrame) -> bool:
-        """Whether `frame`'s rows are noted exactly, without computing rows noted as a function."""
-        held = self._on_driver.get(id(frame))
-        return held is not None and held[0] is frame and held[2]
-
     def materialize(self, frame: DataFrame) -> DataFrame:
         """Compute `frame` now and cut its lineage (a local checkpoint): what reads it later plans
         against the result, not against the whole subplan again. Without these cuts a join term
@@ -145,7 +106,7 @@ class Context:
         megabytes that take Catalyst seconds to optimize. Only change-sized frames are
         materialized; released when the step ends. A frame held exactly on the driver is a local
         relation under a few narrow operators already: it is returned as it is."""
-        if self.held_exactly(frame):
+        if held_exactly(frame):
             return frame
         done = frame.localCheckpoint(eager=True)
         self.persisted.append(done)

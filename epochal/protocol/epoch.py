@@ -30,6 +30,7 @@ from functools import partial
 from delta import exceptions
 from deltalake.exceptions import CommitFailedError
 
+from ..arrow_rows import computed_rows
 from .. import faults, reasons, settings
 from ..changes import InputRange
 from ..errors import EpochError, StateInconsistent, StrictModeError
@@ -382,7 +383,7 @@ def _compute_and_write_metered(env: Environment, table, step: Step, began: float
                 collected = Collected(diff.change, {})
             else:
                 collected = collect_small(change, state, env.driver_rows, rows,
-                                           ctx.computed_rows(rows) if ctx is not None and rows is not None else None)
+                                           computed_rows(rows) if ctx is not None and rows is not None else None)
             if collected is not None:
                 inserted, deleted, writes = figures_on_driver(collected, state)
             else:

@@ -36,7 +36,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from ..arrow_rows import first_values, key_tuples, key_type, lazy_frame, spark_typed
+from ..arrow_rows import computed_rows, exact_rows, first_values, held_exactly, hold, key_tuples, key_type, lazy_frame, spark_typed
 from ..changes import NEW, OLD, consolidate, null_safe_on, quoted, restrict
 from ..driver.aggregates import (
     COUNT,
@@ -285,7 +285,7 @@ class AggregateRule(Rule):
         keys = list(node.keys)
         state_columns = [COUNT] + [s for a in node.aggs for s in state_columns_of(a)]
         exists = (c("n__" + COUNT) > 0) | F.lit(not keys)
-        held, rows = None, ctx.computed_rows(touched)
+        held, rows = None, computed_rows(touched)
         if rows is not None:  # the same rows and check, in Arrow
             count = rows.column("n__" + COUNT)
             gone = pc.less_equal(count, 0) if keys else pa.array([False] * rows.num_rows)
@@ -335,7 +335,7 @@ class AggregateRule(Rule):
         """_compute_touched in Python (driver/aggregates.py) where the change is held exactly on
         the driver and so are the state rows of its groups; None where it is Spark's."""
         change = ctx.delta(node.input)
-        rows = ctx.exact_rows(change)
+        rows = exact_rows(change)
         if rows is None:
             return None
         schema = change.schema
@@ -366,7 +366,7 @@ class AggregateRule(Rule):
                             checks=[(f"a use count below zero in {ctx.state_name(node)}_{name}", f"`{COUNT}` < 0")],
                             held=held)
         touched, touched_schema = found
-        return ctx.on_driver(ctx.reads.local(ctx.spark, touched, touched_schema), touched, exact=True)
+        return hold(ctx.reads.local(ctx.spark, touched, touched_schema), touched, exact=True)
 
     def _use_counts_on_driver(self, node: Aggregate, ctx, agg: AggCall, rows: pa.Table, input_types: dict):
         """_distinct_changes in Python over the change's Arrow `rows`: the use-count merge (as a
@@ -405,7 +405,7 @@ class AggregateRule(Rule):
             frame = restricted_snapshot(ctx, node.input, NEW, keys[0], wanted)
         if frame is None:
             frame = ctx.snapshot(node.input, NEW)  # a small input is held whole
-        rows = ctx.exact_rows(frame) if ctx.held_exactly(frame) else None
+        rows = exact_rows(frame) if held_exactly(frame) else None
         return spark_typed(rows, frame.schema) if rows is not None else None
 
     def _compute_touched(self, node: Aggregate, ctx) -> DataFrame:
@@ -539,19 +539,19 @@ class AggregateRule(Rule):
             )
             return old_rows.unionByName(new_rows)
 
-        if ctx.held_exactly(touched):
+        if held_exactly(touched):
             # left unconsolidated (a group whose visible row did not change cancels where the
             # step's change is consolidated, on the driver), which spares the shuffle
-            rows = ctx.computed_rows(touched)
+            rows = computed_rows(touched)
             if rows is not None:
                 aggregate = (tuple(keys), tuple(a.describe() for a in node.aggs),
                              self._input_schema(node, ctx).json())
                 schema = analysed_schema(ctx, ("aggregate change", aggregate), change_of, touched.schema)
                 finalized = finalized_rows(node, rows, schema)
                 if finalized is not None:  # computed in Arrow: a local relation, no Spark plan
-                    return ctx.on_driver(ctx.reads.local(ctx.spark, finalized, schema), finalized, exact=True)
+                    return hold(ctx.reads.local(ctx.spark, finalized, schema), finalized, exact=True)
             change = change_of(touched)
-            return ctx.on_driver(change, change.toArrow, exact=True)  # Spark's, collected if asked for
+            return hold(change, change.toArrow, exact=True)  # Spark's, collected if asked for
         return consolidate(change_of(touched))
 
     def held_snapshot(self, node: Aggregate, ctx, side: str, column: str | None = None, keys=None) -> DataFrame | None:
@@ -570,7 +570,7 @@ class AggregateRule(Rule):
         if ctx.changed(node):
             touched = self._touched(node, ctx)  # the state advances whichever side is read
             if side == NEW:
-                fresh = ctx.computed_rows(touched)
+                fresh = computed_rows(touched)
                 if fresh is None:
                     return None
         wanted = (keys() if callable(keys) else keys) if column is not None else None
@@ -595,7 +595,7 @@ class AggregateRule(Rule):
             state = pa.concat_tables([state, new.cast(state.schema)])
         local = ctx.reads.local(ctx.spark, state.combine_chunks(), schema)
         finalized = local.select(*[c(k) for k in groups], *self._finalize(node, ctx, ""))
-        return ctx.on_driver(finalized, finalized.toArrow, exact=True)
+        return hold(finalized, finalized.toArrow, exact=True)
 
     def snapshot(self, node: Aggregate, ctx, side: str) -> DataFrame:
         keys = list(node.keys)

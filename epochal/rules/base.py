@@ -12,7 +12,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructField, StructType
 from sqlglot import exp
 
-from ..arrow_rows import lazy_frame
+from ..arrow_rows import computed_rows, held_exactly, held_rows, hold, lazy_frame
 from ..changes import quoted
 from ..driver.filters import driver_filter
 from ..driver.projections import driver_project
@@ -57,34 +57,34 @@ def held_through(ctx, apply: Callable[[DataFrame], DataFrame], below: DataFrame,
     Arrow does not compute as Spark does is noted as Spark's rows of the frame, collected only if
     an operator above asks for them (one job with no shuffle: `below` is a local relation).
     `weighted`: a projection `apply` keeps the weight column of a change batch."""
-    if not ctx.held_exactly(below):
+    if not held_exactly(below):
         frame = apply(below)
-        rows = ctx.rows_on_driver(below)
+        rows = held_rows(below)
         if rows is not None and isinstance(node, Filter):
             passing = driver_filter(rows, node.predicate)
-            return ctx.on_driver(frame, rows if passing is None else passing)
+            return hold(frame, rows if passing is None else passing)
         return frame
-    rows = ctx.computed_rows(below)
+    rows = computed_rows(below)
     weight = [WEIGHT] if weighted and rows is not None and WEIGHT in rows.column_names else []
     if rows is None:  # Spark's rows: so are these
         pass
     elif isinstance(node, Filter):
         passing = driver_filter(rows, node.predicate)
         if passing is not None:
-            return ctx.on_driver(lazy_frame(ctx.spark, lambda: apply(below), below.schema), passing, exact=True)
+            return hold(lazy_frame(ctx.spark, lambda: apply(below), below.schema), passing, exact=True)
     elif all(isinstance(e, exp.Column) and e.name in rows.column_names for e in node.exprs):
         fields = {f.name: f for f in below.schema.fields}
         schema = StructType([StructField(name, fields[e.name].dataType, fields[e.name].nullable)
                              for name, e in zip(node.columns, node.exprs)] + [fields[w] for w in weight])
         picked = rows.select([e.name for e in node.exprs] + weight).rename_columns(list(node.columns) + weight)
-        return ctx.on_driver(lazy_frame(ctx.spark, lambda: apply(below), schema), picked, exact=True)
+        return hold(lazy_frame(ctx.spark, lambda: apply(below), schema), picked, exact=True)
     else:
         schema = projected_schema(ctx, apply, below.schema, node, weighted)
         computed = driver_project(rows, node.exprs, node.columns, list(to_arrow_schema(schema).types), keep=tuple(weight))
         if computed is not None:
-            return ctx.on_driver(lazy_frame(ctx.spark, lambda: apply(below), schema), computed, exact=True)
+            return hold(lazy_frame(ctx.spark, lambda: apply(below), schema), computed, exact=True)
     frame = apply(below)
-    return ctx.on_driver(frame, frame.toArrow, exact=True)
+    return hold(frame, frame.toArrow, exact=True)
 
 
 _ANALYSED: dict[tuple, StructType] = {}

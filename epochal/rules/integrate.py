@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, LongType, StructField, StructType
 
-from ..arrow_rows import key_tuples, spark_typed
+from ..arrow_rows import computed_rows, exact_rows, hold, key_tuples, spark_typed
 from ..changes import NEW, OLD, consolidate, consolidate_rows, null_safe_on, quoted
 from ..driver.topk import expanded, orderable
 from ..graph import WEIGHT, Integrate
@@ -79,7 +79,7 @@ class IntegrateRule(Rule):
         if ctx.reads is None:
             return None
         change = ctx.delta(node.input)
-        rows = ctx.exact_rows(change)
+        rows = exact_rows(change)
         schema = self._schema(node, ctx)
         if rows is None or schema is None:
             return None
@@ -106,7 +106,7 @@ class IntegrateRule(Rule):
             checks=[(f"a use count below zero in {ctx.state_name(node)}", f"`{COUNT}` < 0")],
             held=held,
         )
-        return ctx.on_driver(ctx.reads.local(ctx.spark, counts, typed), counts, exact=True)
+        return hold(ctx.reads.local(ctx.spark, counts, typed), counts, exact=True)
 
     def _held_state(self, node: Integrate, ctx, side: str):
         """_state on the driver: the use counts read whole by delta-rs (and advanced by this
@@ -118,7 +118,7 @@ class IntegrateRule(Rule):
             return None
         fresh = None
         if side == NEW and ctx.changed(node):
-            fresh = ctx.computed_rows(self._counts(node, ctx))
+            fresh = computed_rows(self._counts(node, ctx))
             if fresh is None:
                 return None
         columns = list(node.columns)
@@ -132,7 +132,7 @@ class IntegrateRule(Rule):
             state = state.filter(pa.array([key not in touched for key in key_tuples(state, columns)], pa.bool_()))
             state = pa.concat_tables([state, fresh.filter(pc.greater(fresh.column(COUNT), 0)).cast(state.schema)])
         rows = expanded(state.combine_chunks(), COUNT)
-        return ctx.on_driver(ctx.reads.local(ctx.spark, rows, schema), rows, exact=True)
+        return hold(ctx.reads.local(ctx.spark, rows, schema), rows, exact=True)
 
     def _state(self, node: Integrate, ctx, side: str):
         if ctx.rescan:

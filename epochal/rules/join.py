@@ -18,7 +18,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from ..arrow_rows import spark_typed
+from ..arrow_rows import exact_rows, hold, spark_typed
 from ..changes import NEW, OLD, quoted
 from ..driver.joins import join_rows, output_schema
 from ..graph import WEIGHT, Join, conjoin, join_order
@@ -45,7 +45,7 @@ def join_frames(node: Join, frames: dict[int, DataFrame], start: int) -> DataFra
 def join_on_driver(node: Join, ctx, frames: dict[int, DataFrame], start: int):
     """The term's rows and Spark schema, joined in Arrow (driver/joins.py) where every input is
     held exactly on the driver; None where it is Spark's to join."""
-    held = {j: ctx.exact_rows(frame) for j, frame in frames.items()}
+    held = {j: exact_rows(frame) for j, frame in frames.items()}
     if any(rows is None for rows in held.values()):
         log.debug("join term d%d joined by Spark: inputs not held exactly on the driver: %s", start + 1,
                   "; ".join(f"{j + 1}: {node.parts[j].kind} {node.parts[j].describe()}"
@@ -84,7 +84,7 @@ class JoinRule(Rule):
                 terms.append(join_frames(node, frames, i))
         if on_driver:
             rows, schema = pa.concat_tables([rows.cast(on_driver[0][0].schema) for rows, _ in on_driver]), on_driver[0][1]
-            terms.insert(0, ctx.on_driver(ctx.reads.local(ctx.spark, rows, schema), rows, exact=True))
+            terms.insert(0, hold(ctx.reads.local(ctx.spark, rows, schema), rows, exact=True))
         return union_all(terms)
 
     def snapshot(self, node: Join, ctx, side):
@@ -105,5 +105,5 @@ class JoinRule(Rule):
         joined = join_on_driver(node, ctx, frames, owner)
         if joined is not None:  # every input held exactly: joined in Arrow
             rows, schema = joined
-            return ctx.on_driver(ctx.reads.local(ctx.spark, rows, schema), rows, exact=True)
+            return hold(ctx.reads.local(ctx.spark, rows, schema), rows, exact=True)
         return join_frames(node, frames, owner)

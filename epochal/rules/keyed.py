@@ -18,7 +18,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
-from ..arrow_rows import first_values, key_tuples, key_type, spark_typed
+from ..arrow_rows import exact_rows, first_values, held_exactly, hold, key_tuples, key_type, spark_typed
 from ..changes import NEW, OLD, consolidate, null_safe_on, quoted
 from ..graph import WEIGHT, Node
 from ..narrowing import distinct_values, restricted_snapshot
@@ -98,9 +98,9 @@ def keyed_on_driver(ctx, sides: Sides, evaluate_rows) -> DataFrame | None:
         types = {f.name: f.dataType for f in change.schema.fields}
         if not columns or not all(key_type(types[c]) for c in columns):
             return refused(f"keys {columns} of a type Arrow does not match as Spark does")
-        if not ctx.held_exactly(change):
+        if not held_exactly(change):
             return refused(f"the change of {node.describe()} is not held exactly on the driver")
-        rows = ctx.exact_rows(change)
+        rows = exact_rows(change)
         affected |= set(key_tuples(rows, columns))
     values = first_values(affected)
     if values is None:
@@ -112,9 +112,9 @@ def keyed_on_driver(ctx, sides: Sides, evaluate_rows) -> DataFrame | None:
             frame = restricted_snapshot(ctx, node, side, columns[0], values)
             if frame is None:
                 frame = ctx.snapshot(node, side)  # a small input is held whole
-            if not ctx.held_exactly(frame):
+            if not held_exactly(frame):
                 return refused(f"{node.describe()} as of {side} is not held exactly on the driver")
-            rows = spark_typed(ctx.exact_rows(frame), frame.schema)
+            rows = spark_typed(exact_rows(frame), frame.schema)
             if rows is None:
                 return refused(f"{node.describe()} as of {side}: columns missing in its rows")
             keys = key_tuples(rows, columns)
@@ -126,4 +126,4 @@ def keyed_on_driver(ctx, sides: Sides, evaluate_rows) -> DataFrame | None:
         out.append(rows.append_column(WEIGHT, pa.array([weight] * rows.num_rows, pa.int64())))
     schema = StructType(list(schema.fields) + [StructField(WEIGHT, LongType())])
     rows = pa.concat_tables([out[0], out[1].cast(out[0].schema)]).combine_chunks()
-    return ctx.on_driver(ctx.reads.local(ctx.spark, rows, schema), rows, exact=True)
+    return hold(ctx.reads.local(ctx.spark, rows, schema), rows, exact=True)

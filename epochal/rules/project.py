@@ -8,6 +8,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from sqlglot import exp
 
+from ..arrow_rows import computed_rows, hold
 from ..changes import consolidate, consolidate_rows, rows_up_to
 from ..graph import WEIGHT, Filter, Join, Project, columns_in, single_row
 from ..narrowing import restricted_snapshot
@@ -34,17 +35,17 @@ def drops_changed_scalar(node: Project, ctx) -> bool:
 def consolidated(ctx, change: DataFrame) -> DataFrame:
     """`change` consolidated now: on the driver where it is held there, else by Spark and, when
     it is small, collected as a local relation, so the operators above may compute on the driver."""
-    rows = ctx.computed_rows(change)
+    rows = computed_rows(change)
     if rows is not None:
         merged = consolidate_rows(rows)
         if merged is not None:
-            return ctx.on_driver(ctx.reads.local(ctx.spark, merged, change.schema), merged, exact=True)
+            return hold(ctx.reads.local(ctx.spark, merged, change.schema), merged, exact=True)
     merged = consolidate(change)
     limit = ctx.reads.driver_rows if ctx.reads is not None else 0
     if limit > 0:
         collected = rows_up_to(merged, limit)
         if collected is not None:
-            return ctx.on_driver(ctx.reads.local(ctx.spark, collected, merged.schema), collected, exact=True)
+            return hold(ctx.reads.local(ctx.spark, collected, merged.schema), collected, exact=True)
     return ctx.materialize(merged)
 
 

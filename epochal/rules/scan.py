@@ -4,7 +4,7 @@ are time-travel reads. A small change batch or snapshot is read once per refresh
 shared by every step reading it (shared_reads.py); such a batch is consolidated there too, so its
 rows are counted, and its key values taken, without a Spark job, after its predicate where Arrow
 decides that as Spark does (driver/filters.py; filtering and consolidating commute). Rows that
-passed a predicate Arrow decided are noted as exactly the scan's rows (Context.on_driver), so the
+passed a predicate Arrow decided are carried as exactly the scan's rows (arrow_rows.hold), so the
 join terms and aggregates above may compute on them there. No state: Delta keeps every version
 (co-generators, as "How Pulley Produces Incremental Output" calls them)."""
 
@@ -14,7 +14,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
-from ..arrow_rows import KEY_TYPES
+from ..arrow_rows import KEY_TYPES, hold
 from ..changes import NEW, consolidate, quoted, read_changes, read_snapshot
 from ..driver.filters import driver_filter
 from ..graph import WEIGHT, Scan
@@ -41,7 +41,7 @@ class ScanRule(Rule):
                  for f, c in zip(node.fields, node.columns)]
         if weighted:
             shape.append(StructField(WEIGHT, LongType()))
-        return ctx.on_driver(ctx.reads.local(ctx.spark, rows, StructType(shape)), rows, exact=True)
+        return hold(ctx.reads.local(ctx.spark, rows, StructType(shape)), rows, exact=True)
 
     def delta(self, node: Scan, ctx) -> DataFrame:
         source = ctx.inputs[node.table]
@@ -55,7 +55,7 @@ class ScanRule(Rule):
             passing = driver_filter(rows, node.predicate)
             if passing is not None:
                 return self._held_frame(node, ctx, passing, source.schema, True)
-            return ctx.on_driver(self._shape(node, frame, True), rows)
+            return hold(self._shape(node, frame, True), rows)
         shared = ctx.reads.changes(ctx.spark, source.path, source.before, source.after, source.schema,
                                    list(node.fields)) if ctx.reads is not None else None
         ctx.meter.note_read("changes" if shared is None else "shared changes", node.table, (source.before, source.after))
@@ -86,7 +86,7 @@ class ScanRule(Rule):
         passing = driver_filter(rows, node.predicate)
         if passing is not None:
             return self._held_frame(node, ctx, passing, schema, False)
-        return ctx.on_driver(self._shape(node, frame, False), rows)
+        return hold(self._shape(node, frame, False), rows)
 
     def held_snapshot(self, node: Scan, ctx, side, column, keys):
         """The version's rows whose `column` is one of the keys, read on the driver once per

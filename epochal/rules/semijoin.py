@@ -9,7 +9,7 @@ from __future__ import annotations
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from ..arrow_rows import spark_typed
+from ..arrow_rows import exact_rows, held_exactly, hold, spark_typed
 from ..changes import NEW, OLD, quoted
 from ..driver.joins import semi_join_rows
 from ..graph import SemiJoin
@@ -96,10 +96,10 @@ class SemiJoinRule(Rule):
                 right = None
         if right is None:
             right = ctx.snapshot(node.right, side)
-        if not node.null_aware and node.pairs and ctx.held_exactly(left) and ctx.held_exactly(right):
-            typed = [(spark_typed(ctx.exact_rows(frame), frame.schema), frame.schema) for frame in (left, right)]
+        if not node.null_aware and node.pairs and held_exactly(left) and held_exactly(right):
+            typed = [(spark_typed(exact_rows(frame), frame.schema), frame.schema) for frame in (left, right)]
             found = self.rows(node, typed) if all(rows is not None for rows, _ in typed) else None
             if found is not None:  # both sides held exactly: joined in Arrow
                 rows, schema = found
-                return ctx.on_driver(ctx.reads.local(ctx.spark, rows, schema), rows, exact=True)
+                return hold(ctx.reads.local(ctx.spark, rows, schema), rows, exact=True)
         return self._evaluate(node, ctx)([left, right], side)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
-from ..arrow_rows import spark_typed
+from ..arrow_rows import exact_rows, held_exactly, hold, spark_typed
 from ..changes import NEW, OLD, consolidate, quoted
 from ..driver.topk import orderable, top_rows, weighted_difference
 from ..graph import WEIGHT, TopK
@@ -48,9 +48,9 @@ class TopKRule(Rule):
         """The delta sorted in Arrow where both sides of the input are held exactly on the
         driver and Arrow orders every column as Spark does; None where it is Spark's."""
         if ctx.reads is None or not orderable(new_input.schema) or \
-                not (ctx.held_exactly(new_input) and ctx.held_exactly(old_input)):
+                not (held_exactly(new_input) and held_exactly(old_input)):
             return None
-        new_rows, old_rows = ctx.exact_rows(new_input), ctx.exact_rows(old_input)
+        new_rows, old_rows = exact_rows(new_input), exact_rows(old_input)
         columns = list(node.columns)
         new_rows = spark_typed(new_rows.rename_columns(new_input.columns), new_input.schema)
         old_rows = spark_typed(old_rows.rename_columns(old_input.columns), new_input.schema)
@@ -59,7 +59,7 @@ class TopKRule(Rule):
         change = weighted_difference(top_rows(new_rows.select(columns), list(node.order), node.limit),
                                      top_rows(old_rows.select(columns), list(node.order), node.limit))
         schema = StructType([new_input.schema[c] for c in columns] + [StructField(WEIGHT, LongType())])
-        return ctx.on_driver(ctx.reads.local(ctx.spark, change, schema), change, exact=True)
+        return hold(ctx.reads.local(ctx.spark, change, schema), change, exact=True)
 
     def snapshot(self, node: TopK, ctx, side):
         return self._top(node, ctx.snapshot(node.input, side))

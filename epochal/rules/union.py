@@ -5,6 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 from pyspark.sql import functions as F
 
+from ..arrow_rows import computed_rows, hold
 from ..changes import quoted
 from ..graph import WEIGHT, UnionAll
 from .base import Rule, union_all
@@ -30,7 +31,7 @@ class UnionAllRule(Rule):
         all parts have the same types (Spark would widen unlike ones); else Spark's."""
         rows, schemas = [], set()
         for part in changed:
-            held = ctx.computed_rows(ctx.delta(part))
+            held = computed_rows(ctx.delta(part))
             frame = ctx.delta(part)
             if held is None or held.column_names != [*part.columns, WEIGHT] or frame.columns != held.column_names:
                 return change
@@ -42,7 +43,7 @@ class UnionAllRule(Rule):
             joined = pa.concat_tables([rows[0], *[r.cast(rows[0].schema) for r in rows[1:]]]).combine_chunks()
         except (pa.ArrowException, TypeError, ValueError):
             return change
-        return ctx.on_driver(change, joined, exact=True)
+        return hold(change, joined, exact=True)
 
     def snapshot(self, node: UnionAll, ctx, side):
         return union_all([self._renamed(node, part, ctx.snapshot(part, side), False) for part in node.parts])
