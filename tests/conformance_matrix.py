@@ -4,12 +4,12 @@ type and shape were maintained ("incremental, exact", or "recomputed" with the r
 cases it rests on. Exits non-zero when any case mismatched or was refused at definition.
 
     python -m tests.conformance_matrix conformance-results.jsonl [--readme README.md]
-    python -m tests.conformance_matrix [conformance-results.jsonl] --kept [--readme README.md]
+    python -m tests.conformance_matrix [conformance-results.jsonl] --kept [--code CODE] [--readme README.md]
 
 `--kept` first adds the given results to `tests/conformance_cases/<code>.jsonl` (one file per code
 under test, committed with the repository, so runs of one code on different days and machines add
 up; a case already kept is not kept twice), then renders every kept case of the code checked out
-now (`code_under_test`), not only the given ones.
+now (`code_under_test`), or of `--code`, not only the given ones.
 """
 
 from __future__ import annotations
@@ -114,6 +114,8 @@ def main() -> int:
     parser.add_argument("--kept", action="store_true",
                         help="keep the given cases under tests/conformance_cases/, then render every kept case of "
                              "the code checked out now")
+    parser.add_argument("--code", help="with --kept, render the kept cases of this code (as the files under "
+                                       "tests/conformance_cases/ name it) instead of the code checked out")
     parser.add_argument("--readme", help="replace the matrix between its markers in this file")
     args = parser.parse_args()
     cases = [case for path in args.results for case in load(path)]
@@ -123,7 +125,7 @@ def main() -> int:
         unkept = sum(1 for case in cases if not case.get("code"))
         if unkept:
             print(f"{unkept} cases ran on uncommitted changes (no code): not kept", file=sys.stderr)
-        code = code_under_test()
+        code = args.code or code_under_test()
         if code is None:
             parser.error("--kept renders the code checked out now: commit epochal/ and tests/conformance.py first")
         cases = load(KEPT / f"{code}.jsonl") if (KEPT / f"{code}.jsonl").exists() else []
