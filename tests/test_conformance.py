@@ -6,7 +6,8 @@ computation of its SQL after every epoch.
 `make test` draws one run of any type anew every time (hypothesis prints the seed of a failure).
 `make conformance` sets EPOCHAL_CONFORMANCE_ROUNDS: each round is one test item per column type
 (every type of the suite, and decimals of drawn widths), each drawing EPOCHAL_CONFORMANCE_EXAMPLES
-runs, so every type is covered evenly however far the run gets. With
+runs; each round starts at another type (`rotated`), so a run stopped within a round does not
+always favour the same types. With
 EPOCHAL_CONFORMANCE_KEEP_GOING it records every mismatch for the matrix instead of stopping at
 the first. EPOCHAL_CONFORMANCE_TYPE narrows either to one type, as Spark spells it."""
 
@@ -25,8 +26,18 @@ EXAMPLES = int(os.environ.get("EPOCHAL_CONFORMANCE_EXAMPLES", "1"))
 # make test's slice: a few of the type's shapes, two epochs; make conformance: every shape, up to three
 SLICE = {} if LONG else {"epochs": (2, 2), "most_shapes": 5}
 ONE_TYPE = os.environ.get("EPOCHAL_CONFORMANCE_TYPE")
+
+
+def rotated(names: list, number: int) -> list:
+    """Round `number`'s order of the types: each round starts 7 types further on (7 shares no factor
+    with the suite's 16), so a run stopped within a round has not always drawn the same types first
+    (STRUCT, near the end of the list, was drawn once in the first 2,000 cases of one code)."""
+    start = number * 7 % len(names) if names else 0
+    return list(names[start:]) + list(names[:start])
+
+
 ITEMS = [(number, name) for number in range(int(os.environ["EPOCHAL_CONFORMANCE_ROUNDS"]))
-         for name in ([ONE_TYPE] if ONE_TYPE else TYPE_NAMES)] if LONG else [(0, ONE_TYPE)]
+         for name in ([ONE_TYPE] if ONE_TYPE else rotated(TYPE_NAMES, number))] if LONG else [(0, ONE_TYPE)]
 KEEP_GOING = bool(os.environ.get("EPOCHAL_CONFORMANCE_KEEP_GOING"))
 ALLOWED = {"NOT_INCREMENTAL"}  # recomputed with a stated reason: exact, and shown in the matrix
 
