@@ -174,7 +174,9 @@ def shapes(column: ColumnType) -> list[Shape]:
         Shape("left_join_on_k", "SELECT t.id, t.x, u.y FROM t LEFT JOIN u ON t.k = u.k"),
         Shape("count_by_k", "SELECT k, count(*) AS n, count(x) AS nx FROM t GROUP BY k"),
         Shape("union_all", "SELECT k, x FROM t UNION ALL SELECT k, y FROM u"),
-        Shape("window", "SELECT id, k, x, row_number() OVER (PARTITION BY k ORDER BY id) AS rn, "
+        # rank, not row_number: ids repeat (drawn rows, duplicates), and row_number breaks a tie
+        # either way, so the SQL itself would have two answers
+        Shape("window", "SELECT id, k, x, rank() OVER (PARTITION BY k ORDER BY id) AS rn, "
                         "count(x) OVER (PARTITION BY k) AS nk FROM t"),
         Shape("derived_of_derived", "SELECT k, count(*) AS n FROM c_filter_project GROUP BY k"),
     ]
