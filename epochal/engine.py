@@ -63,6 +63,10 @@ DRIVER_ROWS = 50_000  # see storage/commits.py; measured in bench/RESULTS.md (dr
 DELTA_FORBIDDEN = re.compile(r"[ ,;{}()\n\t=]")
 
 
+def _times(count: int) -> str:
+    return "once" if count == 1 else f"{count} times"
+
+
 def _is_connect(spark) -> bool:
     """A Spark Connect session (`sc://`): every Spark operation of the engine goes through Spark
     SQL and the DataFrame API, which a Connect server with Delta's SQL extension runs; its steps
@@ -155,6 +159,7 @@ class Engine:
         self._tables: dict[str, Table] = {}
         self.arranged: list[tuple[str, str, int, str, float]] = []  # the last refresh's: path, key, version, what, s
         self.arranged_reads: dict[tuple[str, str], dict[str, int]] = {}  # the last refresh's (Arrangements.take_served)
+        self.arrangement_failures: collections.Counter = collections.Counter()  # (path, key) -> refreshes failed in a row
         self.keyed_files = KeyedFiles(storage_options, LocalCopies(self.warehouse.local_folder("local_copies"))) \
             if arrange_rows is not None else None  # keyed reads of arrangements and state tables
         self.arrangements = Arrangements(self.warehouse.engine_path("arrangements"), storage_options, arrange_rows,
@@ -344,6 +349,7 @@ class Engine:
                             arrangements=self.arrangements, files=self.keyed_files)
         if self.arrangements is not None:
             self.arrangements.take_served()  # a failed refresh's reads are not this one's
+            self.arrangements.begin_refresh()
         if self.keyed_files is not None and self.keyed_files.copies is not None:
             self.keyed_files.copies.take_counts()
         try:
@@ -399,11 +405,13 @@ class Engine:
                 done = self.arrangements.advance(self.spark, path, version, key, sorted(reads.columns.get(path, ())),
                                                  lambda before, after: reads.keyed_change_rows(path, before, after))
                 self.arranged.append((path, key, version, done, time.perf_counter() - began))
+                self.arrangement_failures.pop((path, key), None)
                 log.debug("arrangement of %s by %s at version %d: %s", path, key, version, done)
             except Exception as error:  # noqa: BLE001 - a cache; the next refresh tries again
                 log.warning("could not arrange %s by %s as of version %d (%s: %s); its readers scan it instead",
                             path, key, version, type(error).__name__, error)
                 self.arrangements.distrust(path, key)
+                self.arrangement_failures[(path, key)] += 1
                 self.arranged.append((path, key, version, f"failed: {type(error).__name__}: {error}",
                                       time.perf_counter() - began))
 
@@ -411,12 +419,14 @@ class Engine:
         """What the last refresh did to the arrangements and their local copies, for its reports
         (`detail["arrangements"]`) and Dagster's metadata: how many were built, appended to or
         current, each that failed (its readers then read the input itself: slower, the same
-        rows) and the copies made, failed or not made for want of disk. None without arrangements."""
+        rows), with how many refreshes in a row it has failed in this process, and the copies
+        made, failed or not made for want of disk. None without arrangements."""
         if self.arrangements is None:
             return None
         done = collections.Counter(what for _, _, _, what, _ in self.arranged if not what.startswith("failed"))
-        failed = [f"{path} by {key}: {what.removeprefix('failed: ')}" for path, key, _, what, _ in self.arranged
-                  if what.startswith("failed")]
+        failed = [f"{path} by {key}: {what.removeprefix('failed: ')} "
+                  f"({_times(self.arrangement_failures[(path, key)])} in a row)"
+                  for path, key, _, what, _ in self.arranged if what.startswith("failed")]
         files = self.keyed_files
         copies = files.copies.take_counts() if files is not None and files.copies is not None else {}
         return {"arranged": dict(done), "failed": failed, "copies": copies}

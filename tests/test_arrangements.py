@@ -10,13 +10,16 @@ import contextlib
 import glob
 import logging
 import math
+import shutil
 import struct
 import uuid
 from collections import Counter
 from decimal import Decimal
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from deltalake import DeltaTable, write_deltalake
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -33,6 +36,7 @@ from epochal.keyed.keyed_files import KeyedFiles
 from epochal.keyed.local_copies import LocalCopies
 from epochal.keyed.upkeep import Upkeep
 from epochal.planning.optimize.restrict_cogenerators import keyed_partners
+from tests.support import SyntheticSource, assert_matches_recompute
 from tests.test_differential import SLOW, epoch_lists, run_epochs
 from tests.test_shared_reads import DRIVER_ROWS, RESTRICTED
 
@@ -224,6 +228,74 @@ def test_an_arrangement_is_built_again_once_its_appends_are_many_or_large():
     eager = Upkeep(rebuild_appends=3, rebuild_fraction=0.5, rebuild_rows=0)  # as tests set it through the Engine
     assert due_for_rebuild(chain(100, 1, 1, 1), eager) and not due_for_rebuild(chain(100, 1, 1), eager)
     assert due_for_rebuild(chain(100, 51), eager) and not due_for_rebuild(chain(100, 50), eager)
+
+
+def test_an_arrangement_of_a_table_deleted_and_created_again_is_not_read(spark, warehouse):
+    """Each commit of an arrangement records the Delta table id of its input. Once another table
+    stands at the input's path (deleted and created again, its versions counting from 0 again), the
+    arrangement is neither read nor appended to, whatever the versions say, and the next advance
+    builds it from the new table. (The ledger's ids catch this first in a refresh, and drop the
+    path's arrangements: tests/test_table_identity.py; this is the arrangement's own guard.)"""
+    source = f"{warehouse}/{uuid.uuid4().hex[:8]}/t"
+    schema = pa.schema([("k", pa.int64()), ("v", pa.string())])
+
+    def created(rows, commits):
+        write_deltalake(source, pa.Table.from_pylist(rows[:1], schema), mode="overwrite")
+        for row in rows[1:commits]:
+            write_deltalake(source, pa.Table.from_pylist([row], schema), mode="append")
+        return DeltaTable(source).metadata().id
+
+    def feed(before, after):
+        return None  # a read at the built version needs none; an append would read it
+
+    old_id = created([{"k": k, "v": "old"} for k in range(4)], 4)
+    arrangements = Arrangements(f"{warehouse}/{uuid.uuid4().hex[:8]}/arrangements", min_rows=0)
+    built = arrangements.build(spark, source, 3, "k", ["k", "v"])
+    assert built.source_id == old_id
+    keys = pa.array([1, 2], pa.int64())
+    assert arrangements.read(source, 3, "k", keys, False, ["k", "v"], feed).column("v").to_pylist() == ["old"] * 2
+
+    shutil.rmtree(source)
+    new_id = created([{"k": k, "v": "new"} for k in range(6)], 6)  # versions 0 to 5: version 3 exists again
+    arrangements.begin_refresh()
+    assert arrangements.chain(source, "k") == []
+    assert arrangements.read(source, 3, "k", keys, False, ["k", "v"], feed) is None
+    assert arrangements.advance(spark, source, 5, "k", ["k", "v"], feed) == "built"
+    assert arrangements.chain(source, "k")[-1].source_id == new_id
+    assert arrangements.read(source, 5, "k", keys, False, ["k", "v"], feed).column("v").to_pylist() == ["new"] * 2
+
+
+def test_a_failed_arrangement_is_reported_with_its_refreshes_in_a_row_and_the_tables_stay_exact(spark, warehouse):
+    """An arrangement that cannot be written (here a file stands where its folder goes) fails the
+    refresh of nothing: its readers read the input itself, and each refresh's report says which
+    arrangement failed, why, and how many refreshes in a row it has; once it can be written it is
+    built, and the count starts again."""
+    root = f"{warehouse}/{uuid.uuid4().hex[:8]}"
+    a = SyntheticSource(spark, f"{root}/sources/a", "k int, v int", [(i, i) for i in range(30)])
+    b = SyntheticSource(spark, f"{root}/sources/b", "k int, name string", [(i, f"n{i % 4}") for i in range(0, 30, 2)])
+    engine = Engine(spark, root, cost_model=False, arrange_rows=0, driver_rows=DRIVER_ROWS)  # read by key
+    engine.source("a")
+    engine.source("b")
+    engine.define_all({"joined": "SELECT a.k, a.v, b.name FROM a JOIN b ON a.k = b.k"})
+    blocked = Path(engine.arrangements.path(a.path, "k"))
+    blocked.parent.mkdir(parents=True, exist_ok=True)
+    blocked.write_text("not an arrangement")
+
+    for attempt, change in enumerate([None, "k = 4", "k = 6"], start=1):
+        if change:
+            b.delete(change)  # the step reads a by key for b's changed keys
+        outcome = engine.refresh()[0].detail["arrangements"]
+        failed = [f for f in outcome["failed"] if f.startswith(f"{a.path} by k")]
+        in_a_row = "once" if attempt == 1 else f"{attempt} times"
+        assert len(failed) == 1 and failed[0].endswith(f"({in_a_row} in a row)"), outcome
+        assert_matches_recompute(engine)
+
+    blocked.unlink()
+    b.insert([(8, "n9"), (100, "n1")])
+    outcome = engine.refresh()[0].detail["arrangements"]
+    assert outcome["failed"] == [] and outcome["arranged"].get("built"), outcome
+    assert engine.arrangement_failures == {}
+    assert_matches_recompute(engine)
 
 
 def test_vacuum_deletes_a_rebuilt_arrangements_old_files_and_it_stays_in_use(spark, warehouse):

@@ -22,9 +22,11 @@ again once its appends are Upkeep.rebuild_appends files or Upkeep.rebuild_fracti
 rows (upkeep.py): every read
 opens each appended file and cancelled rows pile up, while a build reads, sorts and writes the
 whole input, so it is not repeated lightly. Every commit records, in its `userMetadata`, the
-input versions its rows stand for (`since`, `to`), so a reader takes the last commit at or
-before the version it wants and adds the change feed from there, and a chain with a gap (a lost
-or doubled append) is never read.
+input versions its rows stand for (`since`, `to`) and the input's Delta table id (`source_id`),
+so a reader takes the last commit at or before the version it wants and adds the change feed
+from there; a chain with a gap (a lost or doubled append) is never read, nor one whose commits
+stand for another table than the one now at the input's path (deleted and created again: its
+versions count from 0 again and say nothing of the rows arranged).
 A read goes through keyed_files.KeyedFiles: each file from its local copy (local_copies: Arrow
 IPC batches of 256 rows with their key bounds, made when the arrangement is built), else from its
 Parquet row groups, keeping those it decoded for the next reads, which in one refresh ask for
@@ -89,6 +91,7 @@ class ArrangementCommit:
     to: int
     columns: tuple[str, ...]
     rows: int | None = None  # rows built or appended (None: written before it was recorded)
+    source_id: str | None = None  # the input's Delta table id (None: written before it was recorded)
 
 
 def _bits(column: pa.ChunkedArray) -> pa.ChunkedArray:
@@ -205,6 +208,7 @@ class Arrangements:
         # copies] since take_served
         self._served: dict[tuple[str, str], list[int]] = {}
         self._distrusted: set[str] = set()  # disagreed with its input or failed to advance: unusable until built
+        self._source_ids: dict[str, str | None] = {}  # input path -> its Delta table id, read once a refresh
 
     @staticmethod
     def _prefix(source: str) -> str:
@@ -216,19 +220,40 @@ class Arrangements:
         digest = hashlib.sha1(f"{source.rstrip('/')}\0{key.lower()}".encode()).hexdigest()[:10]
         return f"{self.root}/{name}.{re.sub(r'[^a-z0-9_]+', '_', key.lower())}.{digest}"
 
+    def begin_refresh(self) -> None:
+        """Read the inputs' table ids again when next needed: one refresh reads each once."""
+        with self._guard:
+            self._source_ids.clear()
+
+    def source_id(self, source: str) -> str | None:
+        """The Delta table id of the table now at `source` (None: no table there)."""
+        with self._guard:
+            if source in self._source_ids:
+                return self._source_ids[source]
+        log_ = DeltaLog.open(source, self.storage_options)
+        found = log_.table_id if log_ is not None else None
+        with self._guard:
+            self._source_ids[source] = found
+        return found
+
     def chain(self, source: str, key: str) -> list[ArrangementCommit]:
         """The arrangement's commits since its last build, oldest first, while each appends on
-        top of the one before; [] when there is none (or its log is not one this code wrote)."""
+        top of the one before and stands for the table now at `source`; [] when there is none
+        (or its log is not one this code wrote, or it was built from another table at the path)."""
         path = self.path(source, key)
         if path in self._distrusted:
             return []
-        log_ = DeltaLog.open(path, self.storage_options)
+        try:
+            log_ = DeltaLog.open(path, self.storage_options)
+        except (DeltaError, OSError, ValueError) as error:  # not a Delta table, or unreadable: none to read
+            log.warning("arrangement %s unreadable (%s); %s is scanned instead", path, error, source)
+            return []
         if log_ is None:
             return []
         with self._guard:
             cached = self._chains.get(path)
         if cached is not None and cached[0] == log_.version:
-            return cached[1]
+            return self._of_table_now_at(source, path, cached[1])
         commits = []
         for commit in log_.commits(0):
             if commit.operation in ROWLESS_OPERATIONS:
@@ -240,7 +265,8 @@ class Arrangements:
             if not isinstance(meta, dict) or meta.get("arrangement") != FORMAT:
                 commits = []  # a commit not ours: nothing before it can be trusted either
                 continue
-            step = ArrangementCommit(commit.version, meta.get("since"), int(meta["to"]), tuple(meta["columns"]), meta.get("rows"))
+            step = ArrangementCommit(commit.version, meta.get("since"), int(meta["to"]), tuple(meta["columns"]),
+                                     meta.get("rows"), meta.get("source_id"))
             if step.since is None:
                 commits = [step]
             elif commits and step.since == commits[-1].to and step.columns == commits[-1].columns:
@@ -249,6 +275,18 @@ class Arrangements:
                 commits = []  # a gap or a doubled append: unusable until built again
         with self._guard:
             self._chains[path] = (log_.version, commits)
+        return self._of_table_now_at(source, path, commits)
+
+    def _of_table_now_at(self, source: str, path: str, commits: list[ArrangementCommit]) -> list[ArrangementCommit]:
+        """`commits`, or [] where one records a table id other than that of the table now at `source`."""
+        recorded = {c.source_id for c in commits if c.source_id is not None}
+        if not recorded:
+            return commits  # written before ids were recorded: the ledger's ids guard these (epoch.input_ranges)
+        now = self.source_id(source)
+        if recorded != {now}:
+            log.info("arrangement %s stands for table %s, and table %s is now at %s: it is not read, and is "
+                     "built again", path, ", ".join(sorted(recorded)), now, source)
+            return []
         return commits
 
     def serving(self, source: str, key: str, version: int, columns: list[str]) -> ArrangementCommit | None:
@@ -458,7 +496,7 @@ class Arrangements:
                                     schema=pa.schema(fields + [pa.field(WEIGHT, pa.int64())]))
         rows = _sorted_by(rows, by_name[key.lower()].name)
         meta = dict(arrangement=FORMAT, since=None, to=version, columns=[f.name for f in fields], source=source,
-                    key=key, rows=rows.num_rows)
+                    key=key, rows=rows.num_rows, source_id=table.metadata().id)
         write_deltalake(self.path(source, key), rows, mode="overwrite", schema_mode="overwrite",
                         storage_options=self.storage_options,
                         writer_properties=writer_properties(rows.schema, max_row_group_size=ROW_GROUP,
@@ -479,7 +517,8 @@ class Arrangements:
         sorted_ = (frame.select(*[F.col(quoted(c)) for c in names], F.lit(1).cast("long").alias(WEIGHT))
                    .repartitionByRange(max(1, -(-rows // self.rows_per_file)), F.col(quoted(by_name[key.lower()])))
                    .sortWithinPartitions(F.col(quoted(by_name[key.lower()]))))
-        meta = dict(arrangement=FORMAT, since=None, to=version, columns=names, source=source, key=key, rows=rows)
+        meta = dict(arrangement=FORMAT, since=None, to=version, columns=names, source=source, key=key, rows=rows,
+                    source_id=self._id_at(source, version))
         # Parquet takes the row-group bound from the write's Hadoop conf, which Spark builds from the
         # session's confs (a DataFrameWriter option does not reach it through Delta's writer); a
         # session conf also reaches a Spark Connect server's session, the client's Hadoop conf not.
@@ -487,6 +526,14 @@ class Arrangements:
             (sorted_.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
              .option("userMetadata", json.dumps(meta)).save(self.path(source, key)))
         log.info("arranged %s by %s as of version %d: %d rows", source, key, version, rows)
+
+    def _id_at(self, source: str, version: int) -> str | None:
+        """The Delta table id of `source` as of `version` (None where delta-rs cannot read its log)."""
+        try:
+            return DeltaTable(source, version=version, storage_options=self.storage_options,
+                              without_files=True).metadata().id
+        except (DeltaError, OSError, ValueError):
+            return None
 
     def append(self, source: str, key: str, commit: ArrangementCommit, to: int, feed: pa.Table) -> None:
         """Append the input's change feed from `commit.to` to `to` (delta-rs, one small commit)."""
@@ -497,7 +544,7 @@ class Arrangements:
                                     names=list(commit.columns) + [WEIGHT])
         rows = _sorted_by(_without_views(rows), next(c for c in commit.columns if c.lower() == key.lower()))
         meta = dict(arrangement=FORMAT, since=commit.to, to=to, columns=list(commit.columns), source=source, key=key,
-                    rows=rows.num_rows)
+                    rows=rows.num_rows, source_id=commit.source_id or self.source_id(source))
         write_deltalake(table, aligned(rows, table), mode="append", storage_options=self.storage_options,
                         writer_properties=writer_properties(rows.schema, max_row_group_size=ROW_GROUP,
                                                             compression=COMPRESSION),
