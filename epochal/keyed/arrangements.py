@@ -226,12 +226,15 @@ class Arrangements:
             self._source_ids.clear()
 
     def source_id(self, source: str) -> str | None:
-        """The Delta table id of the table now at `source` (None: no table there)."""
+        """The Delta table id of the table now at `source` (None: none there, or its log unreadable)."""
         with self._guard:
             if source in self._source_ids:
                 return self._source_ids[source]
-        log_ = DeltaLog.open(source, self.storage_options)
-        found = log_.table_id if log_ is not None else None
+        try:
+            log_ = DeltaLog.open(source, self.storage_options)
+            found = log_.table_id if log_ is not None else None
+        except (DeltaError, OSError, ValueError):  # unknown: no arrangement of it is read
+            found = None
         with self._guard:
             self._source_ids[source] = found
         return found
@@ -284,7 +287,7 @@ class Arrangements:
             return commits  # written before ids were recorded: the ledger's ids guard these (epoch.input_ranges)
         now = self.source_id(source)
         if recorded != {now}:
-            log.info("arrangement %s stands for table %s, and table %s is now at %s: it is not read, and is "
+            log.debug("arrangement %s stands for table %s, and table %s is now at %s: it is not read, and is "
                      "built again", path, ", ".join(sorted(recorded)), now, source)
             return []
         return commits
