@@ -349,7 +349,8 @@ class Engine:
                             arrangements=self.arrangements, files=self.keyed_files)
         if self.arrangements is not None:
             self.arrangements.take_served()  # a failed refresh's reads are not this one's
-            self.arrangements.begin_refresh()
+            self.arrangements.begin_refresh({self.sources[name].path: table_id for name, table_id
+                                             in epoch.table_ids.items() if name in self.sources})
         if self.keyed_files is not None and self.keyed_files.copies is not None:
             self.keyed_files.copies.take_counts()
         try:

@@ -220,10 +220,12 @@ class Arrangements:
         digest = hashlib.sha1(f"{source.rstrip('/')}\0{key.lower()}".encode()).hexdigest()[:10]
         return f"{self.root}/{name}.{re.sub(r'[^a-z0-9_]+', '_', key.lower())}.{digest}"
 
-    def begin_refresh(self) -> None:
-        """Read the inputs' table ids again when next needed: one refresh reads each once."""
+    def begin_refresh(self, source_ids: dict[str, str] | None = None) -> None:
+        """Forget the inputs' table ids read so far, taking `source_ids` (input path -> the id of
+        the table whose versions this refresh reads, as its epoch recorded them) instead of
+        reading those logs again; the others are read once, when next needed."""
         with self._guard:
-            self._source_ids.clear()
+            self._source_ids = dict(source_ids or {})
 
     def source_id(self, source: str) -> str | None:
         """The Delta table id of the table now at `source` (None: none there, or its log unreadable)."""
