@@ -290,7 +290,7 @@ class Arrangements:
         now = self.source_id(source)
         if recorded != {now}:
             log.debug("arrangement %s stands for table %s, and table %s is now at %s: it is not read, and is "
-                     "built again", path, ", ".join(sorted(recorded)), now, source)
+                      "built again", path, ", ".join(sorted(recorded)), now, source)
             return []
         return commits
 
