@@ -387,13 +387,17 @@ class Engine:
 
     def _arrange(self, reads: SharedReads, hydrating: dict[tuple[str, str], int] | None = None) -> None:
         """Arrange (or bring up to date) every large input this refresh read by key, by that key,
-        as of the latest version it read, and each of `hydrating` (`_hydrating`) at its version.
+        as of the latest version it read, and each of `hydrating` (`_hydrating`) at its version,
+        with the columns every defined table reads from the input: a refresh of some tables (a
+        Dagster asset refreshes its own table alone) would otherwise build an arrangement with
+        its tables' columns, and the next refresh reading another column build it again.
         An arrangement is a cache: a failure here is logged and costs later refreshes their
         speed only, never a result."""
         self.arranged = []
         if self.arrangements is None:
             return
         self.arranged_reads = self.arrangements.take_served()
+        every_column = self._columns_read(self.tables())  # not only this refresh's tables': see the docstring
         wanted = dict(hydrating or {})
         for pair, version in reads.keyed.items():
             wanted[pair] = max(version, wanted.get(pair, -1))
@@ -403,7 +407,7 @@ class Engine:
                 continue
             began = time.perf_counter()
             try:
-                done = self.arrangements.advance(self.spark, path, version, key, sorted(reads.columns.get(path, ())),
+                done = self.arrangements.advance(self.spark, path, version, key, sorted(every_column.get(path, ())),
                                                  lambda before, after: reads.keyed_change_rows(path, before, after))
                 self.arranged.append((path, key, version, done, time.perf_counter() - began))
                 self.arrangement_failures.pop((path, key), None)

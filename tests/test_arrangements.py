@@ -298,6 +298,32 @@ def test_a_failed_arrangement_is_reported_with_its_refreshes_in_a_row_and_the_ta
     assert_matches_recompute(engine)
 
 
+def test_tables_refreshed_one_at_a_time_share_one_arrangement_built_once(spark, warehouse):
+    """Two tables read `a` by key for different columns, each refreshed alone (as a Dagster asset
+    refreshes its own table): the arrangement is built once, with the columns both read, and then
+    appended to; neither table's refresh builds it again for a column the other did not read."""
+    root = f"{warehouse}/{uuid.uuid4().hex[:8]}"
+    a = SyntheticSource(spark, f"{root}/sources/a", "k int, v int, w string", [(i, i, f"w{i}") for i in range(30)])
+    b = SyntheticSource(spark, f"{root}/sources/b", "k int, name string", [(i, f"n{i % 4}") for i in range(0, 30, 2)])
+    engine = Engine(spark, root, cost_model=False, arrange_rows=0, driver_rows=DRIVER_ROWS)
+    engine.source("a")
+    engine.source("b")
+    engine.define_all({"with_v": "SELECT a.k, a.v, b.name FROM a JOIN b ON a.k = b.k",
+                       "with_w": "SELECT a.k, a.w, b.name FROM a JOIN b ON a.k = b.k"})
+    done = []
+    for change in (None, "k = 4", "k = 6", "k = 8"):
+        if change:
+            a.insert([(int(change[-1]) + 100, 1, "new")])  # a moves on: its arrangement is appended to
+            b.delete(change)  # each step reads a by key for b's changed keys
+        for table in ("with_v", "with_w"):
+            engine.refresh([table])
+            done += [what for path, key, _, what, _ in engine.arranged if path == a.path and key == "k"]
+        assert_matches_recompute(engine)
+    assert done.count("built") == 1 and "appended" in done, done
+    chain = engine.arrangements.chain(a.path, "k")
+    assert {"k", "v", "w"} <= {c.lower() for c in chain[-1].columns}, chain
+
+
 def test_vacuum_deletes_a_rebuilt_arrangements_old_files_and_it_stays_in_use(spark, warehouse):
     """The vacuum job's arrangements: a rebuild leaves the last build's files behind, VACUUM
     deletes them, and the arrangement's chain (which VACUUM's own commits do not break) still
