@@ -397,7 +397,7 @@ class Engine:
         if self.arrangements is None:
             return
         self.arranged_reads = self.arrangements.take_served()
-        every_column = self._columns_read(self.tables())  # not only this refresh's tables': see the docstring
+        every_column = self._columns_read(self.tables())
         wanted = dict(hydrating or {})
         for pair, version in reads.keyed.items():
             wanted[pair] = max(version, wanted.get(pair, -1))
