@@ -14,6 +14,7 @@ import shutil
 import struct
 import uuid
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 from pathlib import Path
 
@@ -263,6 +264,22 @@ def test_an_arrangement_of_a_table_deleted_and_created_again_is_not_read(spark, 
     assert arrangements.advance(spark, source, 5, "k", ["k", "v"], feed) == "built"
     assert arrangements.chain(source, "k")[-1].source_id == new_id
     assert arrangements.read(source, 5, "k", keys, False, ["k", "v"], feed).column("v").to_pylist() == ["new"] * 2
+
+
+def test_the_readers_of_a_replaced_source_forget_its_arrangements_at_once_without_failing(spark, warehouse):
+    """The tables of one wave refresh in threads, and each that reads a replaced source forgets
+    that source's arrangements: the folders are deleted once, and no reader fails on a folder
+    another has just deleted."""
+    source = f"{warehouse}/{uuid.uuid4().hex[:8]}/t"
+    schema = pa.schema([("k", pa.int64()), ("j", pa.int64())])
+    write_deltalake(source, pa.Table.from_pylist([{"k": k, "j": -k} for k in range(8)], schema))
+    arrangements = Arrangements(f"{warehouse}/{uuid.uuid4().hex[:8]}/arrangements", min_rows=0)
+    for key in ("k", "j"):
+        arrangements.build(spark, source, 0, key, ["k", "j"])
+    with ThreadPoolExecutor(4) as pool:
+        dropped = list(pool.map(lambda _: arrangements.forget(source), range(4)))
+    assert sum(dropped) == 2, dropped
+    assert arrangements.of(source) == []
 
 
 def test_a_failed_arrangement_is_reported_with_its_refreshes_in_a_row_and_the_tables_stay_exact(spark, warehouse):

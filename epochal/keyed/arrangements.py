@@ -204,6 +204,7 @@ class Arrangements:
         self.driver_build_rows = driver_build_rows
         self._chains: dict[str, tuple[int, list[ArrangementCommit]]] = {}
         self._guard = threading.Lock()
+        self._forgetting = threading.Lock()
         # (input, key) -> [reads, keys, files, row groups, rows read, change feed rows, files read from local
         # copies] since take_served
         self._served: dict[tuple[str, str], list[int]] = {}
@@ -431,14 +432,18 @@ class Arrangements:
         """Delete every arrangement of `source`: a new table stands at its path (deleted and
         created again), whose versions say nothing about the rows arranged. Returns how many."""
         dropped = 0
-        for path, entry, meta in self._folders(source) or []:
-            if (meta or {}).get("source", "").rstrip("/") != source.rstrip("/"):
-                continue
-            with self._guard:
-                self._chains.pop(path, None)
-                self._distrusted.discard(path)
-            pafs.FileSystem.from_uri(self.root)[0].delete_dir(entry.path)
-            dropped += 1
+        with self._forgetting:  # the readers of one source, refreshed at once, each forget it
+            for path, entry, meta in self._folders(source) or []:
+                if (meta or {}).get("source", "").rstrip("/") != source.rstrip("/"):
+                    continue
+                with self._guard:
+                    self._chains.pop(path, None)
+                    self._distrusted.discard(path)
+                try:
+                    pafs.FileSystem.from_uri(self.root)[0].delete_dir(entry.path)
+                except FileNotFoundError:  # another process forgot it first
+                    continue
+                dropped += 1
         return dropped
 
     def _written(self, source: str, key: str) -> None:
