@@ -38,7 +38,7 @@ def main(argv=None) -> None:
     from epochal.keyed.local_copies import LocalCopies
 
     source = f"{arguments.warehouse}/sources/{arguments.input}"
-    probe = Arrangements(f"{arguments.warehouse}/_epochal/arrangements")
+    probe = Arrangements(f"{arguments.warehouse}/_epochal/arrangements", warehouse=arguments.warehouse)
     commit = probe.chain(source, arguments.key)[0]  # as built: every weight 1, a read is a plain filter
     arranged = DeltaTable(probe.path(source, arguments.key), version=commit.version)
     keys = arranged.to_pyarrow_dataset().to_table(columns=[arguments.key]).column(0)
@@ -59,7 +59,8 @@ def main(argv=None) -> None:
     print(f"  local copies made in {time.perf_counter() - began:.2f} s", flush=True)
     for label, budget, copied in (("row groups decoded once", DECODED_BYTES, None), ("every read decodes", 0, None),
                                   ("local copies", 0, copies)):
-        arrangements = Arrangements(probe.root, files=KeyedFiles(copies=copied, decoded_bytes=budget))
+        arrangements = Arrangements(probe.root, files=KeyedFiles(copies=copied, decoded_bytes=budget),
+                                    warehouse=probe.warehouse)
         seconds = []
         for values, rows in zip(draws, expected):
             began = time.perf_counter()

@@ -160,10 +160,12 @@ class Engine:
         self.arranged: list[tuple[str, str, int, str, float]] = []  # the last refresh's: path, key, version, what, s
         self.arranged_reads: dict[tuple[str, str], dict[str, int]] = {}  # the last refresh's (Arrangements.take_served)
         self.arrangement_failures: collections.Counter = collections.Counter()  # (path, key) -> refreshes failed in a row
-        self.keyed_files = KeyedFiles(storage_options, LocalCopies(self.warehouse.local_folder("local_copies"))) \
+        self.keyed_files = KeyedFiles(storage_options, LocalCopies(self.warehouse.local_folder("local_copies"),
+                                                                  warehouse=self.warehouse.root)) \
             if arrange_rows is not None else None  # keyed reads of arrangements and state tables
         self.arrangements = Arrangements(self.warehouse.engine_path("arrangements"), storage_options, arrange_rows,
-                                         files=self.keyed_files, upkeep=upkeep) if arrange_rows is not None else None
+                                         files=self.keyed_files, upkeep=upkeep, warehouse=self.warehouse.root) \
+            if arrange_rows is not None else None
 
     # ---- declaring ---------------------------------------------------------------------------
     def source(self, name: str, path: str | None = None, clock: str = "commit") -> Source:

@@ -111,7 +111,7 @@ def targets(root: str, tables: list[str] | None = None, *, state: bool = True, b
             arrangements: bool = False, spark=None) -> list[DeltaTarget]:
     """The Delta tables of `tables` (default: all derived tables): each derived table, its state
     tables, with `bookkeeping` its ledger and the shared remap, and with `arrangements` the
-    warehouse's arrangements (epochal/arrangements.py; VACUUM only: compaction would undo their
+    warehouse's arrangements (epochal/keyed/arrangements.py; VACUUM only: compaction would undo their
     sort order, and they are rebuilt, not optimized)."""
     warehouse = Warehouse(root)
     known = derived_tables(root, spark)

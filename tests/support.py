@@ -195,6 +195,13 @@ class SyntheticSource:
             .save(path)
         )
 
+    @classmethod
+    def at(cls, spark, path: str, schema: str) -> SyntheticSource:
+        """The source already at `path` (a warehouse copied, say), changed from here on."""
+        source = cls.__new__(cls)
+        source.spark, source.path, source.schema = spark, path, schema
+        return source
+
     def _frame(self, rows: list[tuple]):
         return local_frame(self.spark, rows, self.spark.createDataFrame([], self.schema).schema)  # parsed: no job
 

@@ -122,7 +122,7 @@ def test_arrangements_are_built_appended_and_read(spark, warehouse):
               ([("delete_key", 2)], [("rename", 2, "dos")]), ([], [("rename", 1, "eins")])]
     shapes = {name: RESTRICTED[name] for name in ("joined", "with_partner", "exists_over_join")}
     root, served = _run_counting_served(spark, warehouse, shapes, epochs)
-    arrangements = Arrangements(f"{root}/_epochal/arrangements")
+    arrangements = Arrangements(f"{root}/_epochal/arrangements", warehouse=root)
     chains = {(source, key): arrangements.chain(f"{root}/sources/{source}", key)
               for source in ("a", "b") for key in ("k",)}
     assert all(chains.values()), chains
@@ -149,7 +149,7 @@ def test_the_first_epoch_arranges_what_the_incremental_steps_read(spark, warehou
     engine.source("b")
     engine.define_all(shapes)
     assert keyed_partners(engine.table("joined").compiled.plan) == {("a", "k"), ("b", "k")}
-    arrangements = Arrangements(f"{root}/_epochal/arrangements")
+    arrangements = Arrangements(f"{root}/_epochal/arrangements", warehouse=root)
     for source in ("a", "b"):
         chain = arrangements.chain(f"{root}/sources/{source}", "k")
         assert chain and chain[0].since is None and chain[-1].since is not None, (source, chain)  # built, then appended
@@ -341,6 +341,43 @@ def test_tables_refreshed_one_at_a_time_share_one_arrangement_built_once(spark, 
     assert {"k", "v", "w"} <= {c.lower() for c in chain[-1].columns}, chain
 
 
+def test_a_warehouse_copied_elsewhere_keeps_its_arrangements_and_their_local_copies(spark, warehouse):
+    """Arrangements and local copies are named by their inputs' paths within the warehouse: a
+    warehouse copied (or moved) to another folder reads them there, builds none again, makes no
+    copy again, and stays exact."""
+    root = f"{warehouse}/{uuid.uuid4().hex[:8]}"
+    schemas = {"a": "k int, v int", "b": "k int, name string"}
+
+    def started(at, rows=None):
+        sources = {name: SyntheticSource(spark, f"{at}/sources/{name}", schema, rows[name]) if rows
+                   else SyntheticSource.at(spark, f"{at}/sources/{name}", schema) for name, schema in schemas.items()}
+        engine = Engine(spark, at, cost_model=False, arrange_rows=0, driver_rows=DRIVER_ROWS)
+        for name in schemas:
+            engine.source(name)
+        engine.define_all({"joined": "SELECT a.k, a.v, b.name FROM a JOIN b ON a.k = b.k"})
+        return engine, sources
+
+    engine, sources = started(root, {"a": [(i, i) for i in range(30)], "b": [(i, f"n{i % 4}") for i in range(0, 30, 2)]})
+    done, made = [], 0
+    for change in (None, "k = 4", "k = 8"):
+        if change:
+            sources["b"].delete(change)
+        made += engine.refresh()[0].detail["arrangements"]["copies"].get("made", 0)
+        done += [what for path, _, _, what, _ in engine.arranged if path == sources["a"].path]
+    assert "built" in done and made, (done, made)
+
+    copied = f"{warehouse}/{uuid.uuid4().hex[:8]}"
+    shutil.copytree(root, copied)
+    engine, sources = started(copied)
+    sources["b"].delete("k = 6")
+    sources["a"].insert([(106, 1)])
+    report = engine.refresh()[0]
+    assert_matches_recompute(engine)
+    done = [what for path, _, _, what, _ in engine.arranged if path == sources["a"].path]
+    assert done and "built" not in done, engine.arranged
+    assert report.detail["arrangements"]["copies"].get("made", 0) == 0, report.detail["arrangements"]
+
+
 def test_vacuum_deletes_a_rebuilt_arrangements_old_files_and_it_stays_in_use(spark, warehouse):
     """The vacuum job's arrangements: a rebuild leaves the last build's files behind, VACUUM
     deletes them, and the arrangement's chain (which VACUUM's own commits do not break) still
@@ -354,8 +391,9 @@ def test_vacuum_deletes_a_rebuilt_arrangements_old_files_and_it_stays_in_use(spa
     source = f"{root}/sources/a"
     write_deltalake(source, pa.table({"k": pa.array([1, 2, 3], pa.int64()), "v": ["a", "b", "c"]}))
     write_deltalake(source, pa.table({"k": pa.array([4], pa.int64()), "v": ["d"]}), mode="append")
-    copies = LocalCopies(Warehouse(root).local_folder("local_copies"))
-    arrangements = Arrangements(Warehouse(root).engine_path("arrangements"), files=KeyedFiles(copies=copies))
+    copies = LocalCopies(Warehouse(root).local_folder("local_copies"), warehouse=Warehouse(root).root)
+    arrangements = Arrangements(Warehouse(root).engine_path("arrangements"), files=KeyedFiles(copies=copies),
+                                warehouse=Warehouse(root).root)
     arrangements.build(spark, source, 0, "k", ["k", "v"])
     first = glob.glob(f"{copies.directory}/*/*.arrow")
     arrangements.build(spark, source, 1, "k", ["k", "v"])  # built again: version 0's file is removed
@@ -365,7 +403,7 @@ def test_vacuum_deletes_a_rebuilt_arrangements_old_files_and_it_stays_in_use(spa
     assert target.kind == "arrangement" and target.label.startswith("(arrangements)/a.k.")
     result = maintenance.vacuum(spark, target, 0, allow_short_retention=True)
     assert result.detail["files_deleted"] == 1, result.message
-    assert [(c.since, c.to) for c in Arrangements(arrangements.root).chain(source, "k")] == [(None, 1)]
+    assert [(c.since, c.to) for c in Arrangements(arrangements.root, warehouse=arrangements.warehouse).chain(source, "k")] == [(None, 1)]
     rows = arrangements.read(source, 1, "k", pa.array([2, 4], pa.int64()), False, ["k", "v"], lambda *_: None)
     assert sorted(rows.to_pylist(), key=lambda r: r["k"]) == [{"k": 2, "v": "b"}, {"k": 4, "v": "d"}]
     assert arrangements.take_served()[(source, "k")]["copied_files"] == 1
@@ -411,7 +449,7 @@ def test_state_too_large_for_the_driver_is_kept_in_key_order_and_read_from_local
                    root=root)
     assert not handler.warnings, handler.warnings
     assert handler.copied_files > 0
-    copies = LocalCopies(f"{root}/_epochal/local_copies")
+    copies = LocalCopies(f"{root}/_epochal/local_copies", warehouse=root)
     states = glob.glob(f"{root}/_epochal/tables/*/state/*/")
     assert len(states) == 3, states  # per_key's groups and its distinct g's use counts; distinct_pairs' rows
     for state in states:

@@ -11,7 +11,8 @@ Materialize's shared arrangements are the model: one per (input, key), shared by
 and table of the warehouse that looks the input up by that key.
 
 An arrangement is a Z-set of the input's rows as of a version of it: a Delta table under
-`<warehouse>/_epochal/arrangements/`, each row with a WEIGHT. It is built from the input's
+`<warehouse>/_epochal/arrangements/`, each row with a WEIGHT, named by its key and its input's
+path within the warehouse (so a warehouse copied or moved elsewhere keeps its arrangements). It is built from the input's
 snapshot (every weight 1, sorted by the key; on the driver by pyarrow and delta-rs up to
 DRIVER_BUILD_ROWS rows, by Spark above) after the refresh that computes a reading table in full
 (for the keys its plan marks: restrict_cogenerators.keyed_partners), or else after the first
@@ -64,6 +65,7 @@ from ..graph import WEIGHT
 from ..sessions import session_confs
 from ..storage.commits import aligned, writer_properties
 from ..storage.deltalog import DeltaLog, delta_rs_reads_alike
+from ..storage.warehouse import within
 from .file_pruning import files_holding
 from .keyed_files import KeyedFiles
 from .upkeep import Upkeep
@@ -190,12 +192,14 @@ def due_for_rebuild(chain: list[ArrangementCommit], upkeep: Upkeep = Upkeep()) -
 
 class Arrangements:
     """The warehouse's arrangements: where each lives, which commit serves a read, how to build
-    and advance one. `root`: the folder they live under."""
+    and advance one. `root`: the folder they live under; `warehouse`: the folder their inputs are
+    named relative to, where they lie under it, so a warehouse copied or moved keeps them."""
 
     def __init__(self, root: str, storage_options: dict[str, str] | None = None, min_rows: int = ARRANGE_ROWS,
                  rows_per_file: int = ROWS_PER_FILE, driver_build_rows: int = DRIVER_BUILD_ROWS,
-                 files: KeyedFiles | None = None, upkeep: Upkeep = Upkeep()):
+                 files: KeyedFiles | None = None, upkeep: Upkeep = Upkeep(), warehouse: str | None = None):
         self.root = root.rstrip("/")
+        self.warehouse = warehouse
         self.upkeep = upkeep
         self.files = files or KeyedFiles(storage_options)  # the keyed reads of its files, local copies included
         self.storage_options = storage_options
@@ -216,9 +220,13 @@ class Arrangements:
         """What every arrangement of `source` is named with first."""
         return re.sub(r"[^a-z0-9_]+", "_", source.rstrip("/").rsplit("/", 1)[-1].lower())[:40] + "."
 
+    def _name(self, source: str) -> str:
+        """What names `source`'s arrangements: its path within the warehouse, where it lies there."""
+        return within(source, self.warehouse)
+
     def path(self, source: str, key: str) -> str:
         name = self._prefix(source)[:-1]
-        digest = hashlib.sha1(f"{source.rstrip('/')}\0{key.lower()}".encode()).hexdigest()[:10]
+        digest = hashlib.sha1(f"{self._name(source)}\0{key.lower()}".encode()).hexdigest()[:10]
         return f"{self.root}/{name}.{re.sub(r'[^a-z0-9_]+', '_', key.lower())}.{digest}"
 
     def begin_refresh(self, source_ids: dict[str, str] | None = None) -> None:
@@ -416,7 +424,7 @@ class Arrangements:
             try:
                 if meta is None:
                     raise ValueError(path)
-                if meta.get("source", "").rstrip("/") != source.rstrip("/"):
+                if self._name(meta.get("source", "")) != self._name(source):
                     continue
                 chain = self.chain(source, meta["key"])
                 actions = DeltaTable(path, storage_options=self.storage_options).get_add_actions(flatten=True)
@@ -434,7 +442,7 @@ class Arrangements:
         dropped = 0
         with self._forgetting:  # the readers of one source, refreshed at once, each forget it
             for path, entry, meta in self._folders(source) or []:
-                if (meta or {}).get("source", "").rstrip("/") != source.rstrip("/"):
+                if self._name((meta or {}).get("source", "")) != self._name(source):
                     continue
                 with self._guard:
                     self._chains.pop(path, None)
@@ -505,7 +513,7 @@ class Arrangements:
                                     + [pa.array(np.ones(data.num_rows, dtype=np.int64))],
                                     schema=pa.schema(fields + [pa.field(WEIGHT, pa.int64())]))
         rows = _sorted_by(rows, by_name[key.lower()].name)
-        meta = dict(arrangement=FORMAT, since=None, to=version, columns=[f.name for f in fields], source=source,
+        meta = dict(arrangement=FORMAT, since=None, to=version, columns=[f.name for f in fields], source=self._name(source),
                     key=key, rows=rows.num_rows, source_id=table.metadata().id)
         write_deltalake(self.path(source, key), rows, mode="overwrite", schema_mode="overwrite",
                         storage_options=self.storage_options,
@@ -527,7 +535,7 @@ class Arrangements:
         sorted_ = (frame.select(*[F.col(quoted(c)) for c in names], F.lit(1).cast("long").alias(WEIGHT))
                    .repartitionByRange(max(1, -(-rows // self.rows_per_file)), F.col(quoted(by_name[key.lower()])))
                    .sortWithinPartitions(F.col(quoted(by_name[key.lower()]))))
-        meta = dict(arrangement=FORMAT, since=None, to=version, columns=names, source=source, key=key, rows=rows,
+        meta = dict(arrangement=FORMAT, since=None, to=version, columns=names, source=self._name(source), key=key, rows=rows,
                     source_id=self._id_at(source, version))
         # Parquet takes the row-group bound from the write's Hadoop conf, which Spark builds from the
         # session's confs (a DataFrameWriter option does not reach it through Delta's writer); a
@@ -553,7 +561,7 @@ class Arrangements:
         rows = pa.Table.from_arrays([feed.column(by_name[c.lower()]) for c in commit.columns] + [feed_weights(feed)],
                                     names=list(commit.columns) + [WEIGHT])
         rows = _sorted_by(_without_views(rows), next(c for c in commit.columns if c.lower() == key.lower()))
-        meta = dict(arrangement=FORMAT, since=commit.to, to=to, columns=list(commit.columns), source=source, key=key,
+        meta = dict(arrangement=FORMAT, since=commit.to, to=to, columns=list(commit.columns), source=self._name(source), key=key,
                     rows=rows.num_rows, source_id=commit.source_id or self.source_id(source))
         write_deltalake(table, aligned(rows, table), mode="append", storage_options=self.storage_options,
                         writer_properties=writer_properties(rows.schema, max_row_group_size=ROW_GROUP,

@@ -36,6 +36,7 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
 from .. import faults
+from ..storage.warehouse import within
 
 log = logging.getLogger("epochal")
 
@@ -69,11 +70,14 @@ def _durable(path: str) -> None:
 
 
 class LocalCopies:
-    """The copies under `directory` (a local folder; made when first needed)."""
+    """The copies under `directory` (a local folder; made when first needed), named by their
+    files' paths within `warehouse`, so a warehouse copied or moved keeps them."""
 
     def __init__(self, directory: str, max_bytes: int = COPY_BYTES, batch_rows: int = BATCH_ROWS,
-                 min_free_bytes: int = MIN_FREE_BYTES, retry_seconds: float = RETRY_SECONDS):
+                 min_free_bytes: int = MIN_FREE_BYTES, retry_seconds: float = RETRY_SECONDS,
+                 warehouse: str | None = None):
         self.directory = directory
+        self.warehouse = warehouse
         self.retry_seconds = retry_seconds
         self.max_bytes = max_bytes
         self.batch_rows = batch_rows
@@ -106,11 +110,11 @@ class LocalCopies:
 
     def _folder(self, table: str) -> str:
         """Where the copies of the files of `table` (an arrangement's path) live."""
-        return os.path.join(self.directory, hashlib.sha1(table.rstrip("/").encode()).hexdigest()[:16])
+        return os.path.join(self.directory, hashlib.sha1(within(table, self.warehouse).encode()).hexdigest()[:16])
 
     def _target(self, path: str, key: str) -> str:
         """The copy of the file at `path` (`<table>/<file>`)."""
-        digest = hashlib.sha1(f"{path}\0{key.lower()}\0{self.batch_rows}".encode()).hexdigest()
+        digest = hashlib.sha1(f"{within(path, self.warehouse)}\0{key.lower()}\0{self.batch_rows}".encode()).hexdigest()
         return os.path.join(self._folder(path.rsplit("/", 1)[0]), f"{digest}.arrow")
 
     def prune(self, table: str, live: list[str], key: str) -> int:

@@ -39,6 +39,15 @@ def local_path(uri: str) -> str:
     return uri[len("file://") :] if uri.startswith("file://") else uri
 
 
+def within(path: str, root: str | None) -> str:
+    """`path` relative to `root` where it lies under it, else `path`: what the engine's caches are
+    named by, so that a warehouse copied or moved elsewhere keeps them."""
+    path = path.rstrip("/")
+    if root and path.startswith(root.rstrip("/") + "/"):
+        return path[len(root.rstrip("/")) + 1:]
+    return path
+
+
 @dataclass(frozen=True)
 class Warehouse:
     root: str
