@@ -197,9 +197,11 @@ class Engine:
         check_name(name)
         if name in self.sources:
             raise DefinitionError(name, "is already declared as a source")
-        known = {n: TableInfo("source", tuple(f.name for f in self.schema_of(n).fields)) for n in self.sources}
-        known.update({n: TableInfo("derived", tuple(f.name for f in t.schema.fields)) for n, t in self._tables.items() if n != name})
-        schemas = {n: {f.name: f.dataType.simpleString() for f in self.schema_of(n).fields} for n in known}
+        fields = {n: self.schema_of(n).fields for n in self.sources}  # each source's log opened once
+        fields.update({n: t.schema.fields for n, t in self._tables.items() if n != name})
+        known = {n: TableInfo("source" if n in self.sources else "derived", tuple(f.name for f in found))
+                 for n, found in fields.items()}
+        schemas = {n: {f.name: f.dataType.simpleString() for f in found} for n, found in fields.items()}
         compiled = compile_definition(name, sql, known, schemas, self.passes)
         self._check_cycle(name, compiled.inputs)
         schema = self._analyze(name, compiled)

@@ -45,13 +45,14 @@ def optimize(plan: Node, passes=PASSES) -> tuple[Node, tuple[str, ...]]:
     """Apply the passes in order, again while a round changes the plan (one pass can open the
     way for another: a pushed-down filter can leave a join directly under a join)."""
     applied: list[str] = []
+    rendered = render(plan)
     for _ in range(MAX_ROUNDS):
-        start = render(plan)
+        start = rendered
         for rewrite in passes:
-            before = render(plan)
-            plan = rewrite(plan)
-            if render(plan) != before and rewrite.__name__ not in applied:
+            before, plan = rendered, rewrite(plan)
+            rendered = render(plan)
+            if rendered != before and rewrite.__name__ not in applied:
                 applied.append(rewrite.__name__)
-        if render(plan) == start:
+        if rendered == start:
             break
     return plan, tuple(applied)
