@@ -296,7 +296,10 @@ def derived_asset(spec: TableSpec, specs: Mapping[str, TableSpec], explain_root:
             seconds[phase] += now - clock[0]
             clock[0] = now
 
+        importing = great_expectations.preload() if row_checks or table_checks else None
         epochal.spark.session()  # the run's first step starts Spark: timed apart from defining the tables
+        if importing is not None:
+            importing.join()
         lap("session")
         engine = epochal.define(chain)
         columns = engine_metadata(engine, spec)

@@ -4,8 +4,9 @@ the `matches_full_recompute` check.
 great-expectations is called directly (dagster-ge supports only GE < 1.0): one ephemeral context
 per process with one Spark data source that uses the process's own session (no `spark_config`, so
 GE never restarts the session and drops the Delta settings), one whole-dataframe batch definition,
-and a fresh suite per validation. Importing great_expectations takes seconds, so it happens on the
-first validation, never when the code location loads.
+and a fresh suite per validation. Importing great_expectations takes seconds, so it never happens
+when the code location loads: a step with checks imports it in a thread while its process's Spark
+session starts (`GreatExpectationsResource.preload`), which waits on the JVM, not on Python.
 """
 
 from __future__ import annotations
@@ -24,6 +25,15 @@ META_KEY = "epochal_check"  # names the check an expectation belongs to
 RELATIVE_TOLERANCE = 1e-9  # DOUBLE sums drift under add and subtract; everything else is exact
 _context_lock = threading.Lock()
 _batch_definition = None
+_preloading: threading.Thread | None = None
+
+
+def _import_great_expectations() -> None:
+    try:
+        import great_expectations  # noqa: F401
+        from great_expectations.expectations.expectation_configuration import ExpectationConfiguration  # noqa: F401
+    except Exception:  # noqa: BLE001 - the validation that needs it imports it again and says why
+        pass
 
 
 @dataclass
@@ -77,6 +87,19 @@ class GreatExpectationsResource(ConfigurableResource):
         default="SUMMARY",
         description="GE result format: BASIC, SUMMARY (unexpected counts and a sample) or COMPLETE",
     )
+
+    def preload(self) -> threading.Thread:
+        """Start importing great_expectations in a thread, once per process; join the thread it
+        returns before anything else imports modules (a concurrent import of a module each
+        side needs could see it half made). The batch definition waits for the validation: GE's
+        Spark data source takes the session there is, and there is none yet."""
+        global _preloading
+        with _context_lock:
+            if _preloading is None:
+                _preloading = threading.Thread(target=_import_great_expectations, name="import great_expectations",
+                                               daemon=True)
+                _preloading.start()
+            return _preloading
 
     def validate(self, frame, expectations: Sequence) -> list[ExpectationOutcome]:
         if not expectations:
