@@ -300,6 +300,7 @@ def derived_asset(spec: TableSpec, specs: Mapping[str, TableSpec], explain_root:
         epochal.spark.session()  # the run's first step starts Spark: timed apart from defining the tables
         if importing is not None:
             importing.join()
+            epochal.warm_up(spec.name)
         lap("session")
         engine = epochal.define(chain)
         columns = engine_metadata(engine, spec)

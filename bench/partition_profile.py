@@ -9,8 +9,8 @@ did to the arrangements and how long each took.
     python -m bench.partition_profile [--prepared /tmp/epochal-bench/dagster-1-2-0.001] [--tables tpch_q12 ...]
 
 Spark and Dagster's own costs (process, session, checks) are bench.dagster_run's to measure. The
-copy stands at another path, so the arrangements it holds are not found (each is named by its
-input's absolute path) and are built again, as on each side of bench.dagster_run.
+copy stands at another path and keeps the arrangements and local copies it holds (each is named by
+its input's path within the warehouse), as each side of bench.dagster_run does.
 """
 
 from __future__ import annotations
