@@ -12,9 +12,9 @@ and table of the warehouse that looks the input up by that key.
 
 An arrangement is a Z-set of the input's rows as of a version of it: a Delta table under
 `<warehouse>/_epochal/arrangements/`, each row with a WEIGHT, named by its key and its input's
-path within the warehouse (so a warehouse copied or moved elsewhere keeps its arrangements). It is built from the input's
-snapshot (every weight 1, sorted by the key; on the driver by pyarrow and delta-rs up to
-DRIVER_BUILD_ROWS rows, by Spark above) after the refresh that computes a reading table in full
+path within the warehouse (so a warehouse copied or moved elsewhere keeps its arrangements). It
+is built from the input's snapshot (every weight 1, sorted by the key; on the driver by pyarrow
+and delta-rs up to DRIVER_BUILD_ROWS rows, by Spark above) after the refresh that computes a reading table in full
 (for the keys its plan marks: restrict_cogenerators.keyed_partners), or else after the first
 refresh that read the input by key; each refresh that read the input by key appends the
 input's change feed since (weights +1 and -1, a small delta-rs commit, sorted by the key in row
@@ -513,8 +513,8 @@ class Arrangements:
                                     + [pa.array(np.ones(data.num_rows, dtype=np.int64))],
                                     schema=pa.schema(fields + [pa.field(WEIGHT, pa.int64())]))
         rows = _sorted_by(rows, by_name[key.lower()].name)
-        meta = dict(arrangement=FORMAT, since=None, to=version, columns=[f.name for f in fields], source=self._name(source),
-                    key=key, rows=rows.num_rows, source_id=table.metadata().id)
+        meta = dict(arrangement=FORMAT, since=None, to=version, columns=[f.name for f in fields],
+                    source=self._name(source), key=key, rows=rows.num_rows, source_id=table.metadata().id)
         write_deltalake(self.path(source, key), rows, mode="overwrite", schema_mode="overwrite",
                         storage_options=self.storage_options,
                         writer_properties=writer_properties(rows.schema, max_row_group_size=ROW_GROUP,
@@ -535,8 +535,8 @@ class Arrangements:
         sorted_ = (frame.select(*[F.col(quoted(c)) for c in names], F.lit(1).cast("long").alias(WEIGHT))
                    .repartitionByRange(max(1, -(-rows // self.rows_per_file)), F.col(quoted(by_name[key.lower()])))
                    .sortWithinPartitions(F.col(quoted(by_name[key.lower()]))))
-        meta = dict(arrangement=FORMAT, since=None, to=version, columns=names, source=self._name(source), key=key, rows=rows,
-                    source_id=self._id_at(source, version))
+        meta = dict(arrangement=FORMAT, since=None, to=version, columns=names, source=self._name(source), key=key,
+                    rows=rows, source_id=self._id_at(source, version))
         # Parquet takes the row-group bound from the write's Hadoop conf, which Spark builds from the
         # session's confs (a DataFrameWriter option does not reach it through Delta's writer); a
         # session conf also reaches a Spark Connect server's session, the client's Hadoop conf not.
@@ -561,8 +561,9 @@ class Arrangements:
         rows = pa.Table.from_arrays([feed.column(by_name[c.lower()]) for c in commit.columns] + [feed_weights(feed)],
                                     names=list(commit.columns) + [WEIGHT])
         rows = _sorted_by(_without_views(rows), next(c for c in commit.columns if c.lower() == key.lower()))
-        meta = dict(arrangement=FORMAT, since=commit.to, to=to, columns=list(commit.columns), source=self._name(source), key=key,
-                    rows=rows.num_rows, source_id=commit.source_id or self.source_id(source))
+        meta = dict(arrangement=FORMAT, since=commit.to, to=to, columns=list(commit.columns),
+                    source=self._name(source), key=key, rows=rows.num_rows,
+                    source_id=commit.source_id or self.source_id(source))
         write_deltalake(table, aligned(rows, table), mode="append", storage_options=self.storage_options,
                         writer_properties=writer_properties(rows.schema, max_row_group_size=ROW_GROUP,
                                                             compression=COMPRESSION),

@@ -114,7 +114,8 @@ class LocalCopies:
 
     def _target(self, path: str, key: str) -> str:
         """The copy of the file at `path` (`<table>/<file>`)."""
-        digest = hashlib.sha1(f"{within(path, self.warehouse)}\0{key.lower()}\0{self.batch_rows}".encode()).hexdigest()
+        named = f"{within(path, self.warehouse)}\0{key.lower()}\0{self.batch_rows}"
+        digest = hashlib.sha1(named.encode()).hexdigest()
         return os.path.join(self._folder(path.rsplit("/", 1)[0]), f"{digest}.arrow")
 
     def prune(self, table: str, live: list[str], key: str) -> int:
