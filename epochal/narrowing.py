@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import DataType, DoubleType, FloatType, IntegralType
+from pyspark.sql.types import ArrayType, DataType, DoubleType, FloatType, IntegralType, MapType, StructType
 from sqlglot import exp
 
 from .arrow_rows import held_rows, key_kind
@@ -49,8 +49,10 @@ def prunable(kind: DataType) -> bool:
     """Whether a read may be filtered to key ranges on a column of this type. Not FLOAT or DOUBLE:
     Spark prunes by the files' min/max statistics, and arrow-based writers (delta-rs, pandas,
     polars) leave NaN out of them while Spark orders NaN above every number, so the rows whose
-    key is NaN would be skipped (tests/test_float_statistics.py)."""
-    return not isinstance(kind, (FloatType, DoubleType))
+    key is NaN would be skipped (tests/test_float_statistics.py). Not a struct, array or map:
+    files keep no statistics of a whole one to prune by, Spark makes no literal of a struct,
+    and Python orders them otherwise than Spark (or not at all, around NULL fields)."""
+    return not isinstance(kind, (FloatType, DoubleType, StructType, ArrayType, MapType))
 
 
 def spark_order(value):
