@@ -450,6 +450,10 @@ class Outcome:
     cases: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     mismatches: list[str] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)
+    # tables whose SQL fails in its recompute with the error the refresh failed with (an AVG past
+    # its type under ANSI): the user's SQL's error, which the engine raises as a rebuild would; the
+    # run ends at that epoch
+    failing_sql: dict[str, str] = field(default_factory=dict)
     seconds: Counter = field(default_factory=Counter)  # per phase: sources, refresh, oracle, stored
 
     def records(self, shapes_by_table: dict[str, Shape]) -> list[dict]:
@@ -463,7 +467,7 @@ class Outcome:
                         "zone_change": self.run.zone_change,
                         "steps": len(incremental), "rescans": reasons,
                         "mismatch": [m for m in self.mismatches if m.startswith(name + ":")],
-                        "error": self.errors.get(name),
+                        "error": self.errors.get(name), "failing_sql": self.failing_sql.get(name),
                         "run_seconds": {phase: round(value, 2) for phase, value in self.seconds.items()}})
             if out[-1]["mismatch"] or out[-1]["error"]:
                 out[-1]["replay"] = self.run.replay()
@@ -472,6 +476,28 @@ class Outcome:
 
 SETTINGS = {"ansi": "spark.sql.ansi.enabled", "precision_loss": "spark.sql.decimalOperations.allowPrecisionLoss",
             "zone": "spark.sql.session.timeZone"}
+
+
+ERROR_CLASS = re.compile(r"\[([A-Z][A-Z_]+(?:\.[A-Z_]+)*)\]")
+WRAPPING = {"TASK_WRITE_FAILED"}  # names the write a cause failed, not the cause
+
+
+class SqlFailsInFull(Exception):
+    """The refresh failed, and so do the recomputes of `outcome.failing_sql`, with the same error."""
+
+
+def failing_in_full(oracle, names: list[str], error: Exception) -> dict[str, str]:
+    """The tables whose recompute fails with an error class the refresh's `error` names."""
+    raised = set(ERROR_CLASS.findall(str(error))) - WRAPPING
+    found = {}
+    for name in names:
+        try:
+            oracle.frame(name).toArrow()
+        except Exception as recomputing:  # noqa: BLE001 - the recompute's own error is the finding
+            shared = raised & set(ERROR_CLASS.findall(str(recomputing)))
+            if shared:
+                found[name] = ", ".join(sorted(shared))
+    return found
 
 
 def run_case(spark, warehouse: str, run: Run) -> tuple[Outcome, dict[str, Shape]]:
@@ -520,7 +546,13 @@ def _run(spark, warehouse: str, run: Run) -> tuple[Outcome, dict[str, Shape]]:
             outcome.seconds[phase] += time.perf_counter() - began
 
     def epoch(context: str) -> None:
-        reports = timed("refresh", lambda: engine.refresh(defined))
+        try:
+            reports = timed("refresh", lambda: engine.refresh(defined))
+        except Exception as error:
+            outcome.failing_sql.update(failing_in_full(Oracle(engine), defined, error))
+            if not outcome.failing_sql:
+                raise
+            raise SqlFailsInFull(context) from error
         for report in reports:
             outcome.cases[report.table].append((report.technique, report.reason or ""))
         oracle = Oracle(engine)
@@ -538,6 +570,15 @@ def _run(spark, warehouse: str, run: Run) -> tuple[Outcome, dict[str, Shape]]:
                 if problem:
                     outcome.mismatches.append(f"{name}: {context}: Spark's filtered read: {problem}")
 
+    try:
+        epochs(spark, run, t, u, epoch, outcome)
+    except SqlFailsInFull:
+        pass
+    return outcome, by_table
+
+
+def epochs(spark, run: Run, t, u, epoch, outcome: Outcome) -> None:
+    """The run's epochs: the first, then each batch of changes applied and refreshed."""
     epoch("after the first epoch")
     for number, (t_ops, u_ops) in enumerate(run.epochs, start=2):
         began = time.perf_counter()
@@ -551,7 +592,6 @@ def _run(spark, warehouse: str, run: Run) -> tuple[Outcome, dict[str, Shape]]:
         if run.zone_change and number == len(run.epochs) + 1:
             spark.conf.set(SETTINGS["zone"], "America/Los_Angeles")
         epoch(f"after epoch {number}: t {t_ops} u {u_ops}")
-    return outcome, by_table
 
 
 def code_under_test() -> str | None:
