@@ -37,6 +37,7 @@ def parse(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> None:
     from epochal import Engine
+    from ops.tpch import TPCH_TABLES
     from resources.session import SparkSettings, delta_spark_session
 
     args = parse(argv)
@@ -54,7 +55,7 @@ def main(argv=None) -> None:
     spark = delta_spark_session(SparkSettings())
     engine = Engine(spark, str(root))
     definitions = {name: (SQL / f"{name}.sql").read_text() for name in run["assets"]}
-    for name in ("region", "nation", "supplier", "customer", "part", "partsupp", "orders", "lineitem"):
+    for name in TPCH_TABLES:
         engine.source(name, clock="logical")
     engine.define_all(definitions)
     tables = [name for name in engine.tables() if name in tables]  # upstream first, as Dagster orders the steps

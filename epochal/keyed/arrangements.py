@@ -393,7 +393,8 @@ class Arrangements:
 
     def _folders(self, source: str):
         """(folder path, its last commit's metadata, or None where unreadable) of every folder
-        named like an arrangement of `source`; None where the root cannot be listed from here."""
+        named like an arrangement of `source` and not recorded as another input's; None where the
+        root cannot be listed from here."""
         try:
             filesystem, root = pafs.FileSystem.from_uri(self.root)
             entries = filesystem.get_file_info(pafs.FileSelector(root, allow_not_found=True))
@@ -409,7 +410,8 @@ class Arrangements:
                                   .get("userMetadata") or "{}")
             except (DeltaError, OSError, ValueError):
                 meta = None
-            found.append((path, entry, meta))
+            if meta is None or self._name(meta.get("source", "")) == self._name(source):  # not another input's
+                found.append((path, entry, meta))
         return found
 
     def of(self, source: str) -> list[dict] | None:
@@ -424,8 +426,6 @@ class Arrangements:
             try:
                 if meta is None:
                     raise ValueError(path)
-                if self._name(meta.get("source", "")) != self._name(source):
-                    continue
                 chain = self.chain(source, meta["key"])
                 actions = DeltaTable(path, storage_options=self.storage_options).get_add_actions(flatten=True)
                 found.append(dict(key=meta["key"], to=chain[-1].to if chain else None,
@@ -442,7 +442,7 @@ class Arrangements:
         dropped = 0
         with self._forgetting:  # the readers of one source, refreshed at once, each forget it
             for path, entry, meta in self._folders(source) or []:
-                if self._name((meta or {}).get("source", "")) != self._name(source):
+                if meta is None:  # unreadable: whose it is is unknown
                     continue
                 with self._guard:
                     self._chains.pop(path, None)
