@@ -267,20 +267,12 @@ def apply_segment(
 
 def inserted_rows(engine: Engine, outcome: PartitionOutcome):
     """The rows the outcome's epoch inserted into the table (its change data feed between the
-    previous step's version and this one's), as the table's columns; None when it wrote nothing."""
+    previous step's version and this one's), as the table's columns; None when it wrote nothing.
+    Read on the driver when small (Engine.inserted): the checks of a refresh done on the driver
+    then start no Spark Delta read."""
     if not outcome.changed:
         return None
-    table = engine.table(outcome.table)
-    columns = [f.name for f in table.schema.fields]
-    return (
-        engine.spark.read.format("delta")
-        .option("readChangeFeed", "true")
-        .option("startingVersion", outcome.previous_version + 1)
-        .option("endingVersion", outcome.step.output_version)
-        .load(table.path)
-        .filter("_change_type IN ('insert', 'update_postimage')")
-        .select(*[f"`{c}`" for c in columns])
-    )
+    return engine.inserted(outcome.table, outcome.previous_version + 1, outcome.step.output_version, local=True)
 
 
 def row_count(engine: Engine, table: str, version: int) -> int | None:

@@ -24,8 +24,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Sequence
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.errors import AnalysisException, ParseException
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from . import faults, settings
@@ -502,13 +505,49 @@ class Engine:
         """The table's SQL run in full over its inputs at the given side's versions."""
         return output_frame(self.spark, table, inputs, side)
 
-    def read(self, name: str) -> DataFrame:
-        """The table's visible rows as of its last committed epoch."""
+    def read(self, name: str, *, local: bool = False) -> DataFrame:
+        """The table's visible rows as of its last committed epoch.
+
+        With `local`, a table of at most `driver_rows` rows (by its files' statistics) is read by
+        delta-rs into a local relation, as the refresh reads small inputs: a process's first read
+        through Spark's Delta reader loads and compiles it, seconds of the JVM's time that a
+        process whose refresh ran on the driver would pay for its checks alone. A table Spark
+        must read (larger, or of types delta-rs does not read alike) is read by Spark."""
         table = self.table(name)
         last = table.ledger.last_committed()
         if last is None:
             raise EpochalError(f"table {name!r} has not been refreshed yet; call refresh() first")
+        if local and self._read_locally(table):
+            found = SharedReads(self.storage_options, self.driver_rows).snapshot(
+                self.spark, table.path, last.output_version, table.schema)
+            if found is not None:
+                return found
         return read_snapshot(self.spark, table.path, last.output_version, table.schema)
+
+    def inserted(self, name: str, first: int, last: int, *, local: bool = False) -> DataFrame:
+        """The rows versions `first`..`last` of the table inserted (its change data feed's inserts
+        and update post-images), as the table's columns; with `local`, read as `read` reads."""
+        table = self.table(name)
+        columns = [f.name for f in table.schema.fields]
+        if local and self._read_locally(table):
+            changes = SharedReads(self.storage_options, self.driver_rows).change_rows(table.path, first - 1, last)
+            if changes is not None:
+                inserted = pc.is_in(pc.cast(changes.column("_change_type"), pa.string()),
+                                    pa.array(["insert", "update_postimage"]))
+                # as Spark's Arrow types first: pyarrow filters no string views, which delta-rs reads
+                rows = pa.Table.from_arrays([changes.column(c) for c in columns], names=columns)
+                kept = rows.cast(to_arrow_schema(table.schema)).filter(inserted)
+                return SharedReads(self.storage_options, self.driver_rows).local(self.spark, kept, table.schema)
+        return (self.spark.read.format("delta")
+                .option("readChangeFeed", "true")
+                .option("startingVersion", first)
+                .option("endingVersion", last)
+                .load(table.path)
+                .filter("_change_type IN ('insert', 'update_postimage')")
+                .select(*[f"`{c}`" for c in columns]))
+
+    def _read_locally(self, table: Table) -> bool:
+        return not _is_connect(self.spark) and all(type(f.dataType) in DRIVER_WRITE_TYPES for f in table.schema.fields)
 
     def recompute(self, name: str) -> DataFrame:
         """The full recompute of the table's SQL at the input versions of its last epoch."""

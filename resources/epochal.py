@@ -27,7 +27,6 @@ from resources.warehouse import WarehouseResource
 _engines: dict[tuple, Engine] = {}
 _defined: dict[tuple, dict[str, tuple[str, bool]]] = {}
 _lock = threading.RLock()
-_warming: set[int] = set()  # the sessions whose Delta reader a thread has begun to warm up
 
 
 def explain_cache_path(root: str, table: str) -> str | None:
@@ -82,28 +81,6 @@ class EpochalResource(ConfigurableResource):
                                        parallelism=self.parallelism, cost_model=self.cost_model)
                 _defined[key] = {}
             return _engines[key]
-
-    def warm_up(self, table: str) -> None:
-        """Read a row of `table` and of its change feed through Spark in a thread, once per
-        session: a process's first Delta reads by Spark load and compile the reader (seconds of
-        the JVM's time), which the first checks would otherwise pay after a refresh done on the
-        driver. The thread runs beside the definition and the refresh, which leave the JVM
-        mostly idle; a table not made yet reads nothing and warms what it can."""
-        spark = self.spark.session()
-        with _lock:
-            if id(spark) in _warming:
-                return
-            _warming.add(id(spark))
-        path = self.warehouse.warehouse().table_path(table)
-
-        def read_a_row() -> None:
-            for options in ({}, {"readChangeFeed": "true", "startingVersion": "0"}):  # the row checks read the feed
-                try:
-                    spark.read.format("delta").options(**options).load(path).limit(1).collect()
-                except Exception:  # noqa: BLE001 - a warm-up; the checks read the table themselves
-                    pass
-
-        threading.Thread(target=read_a_row, name="warm up Spark's Delta reader", daemon=True).start()
 
     def define(self, chain: Sequence) -> Engine:
         """Make sure every table of `chain` (TableSpec objects, upstream first) is defined with its
