@@ -359,3 +359,26 @@ def test_an_unusable_store_is_named_by_what_answered_not_by_digits_in_its_url(er
 
     message = _explain("s3a://bucket/bad", "http://127.0.0.1:40443", error)
     assert says in message and "nothing was written" in message, message
+
+
+def test_an_error_of_the_tables_own_sql_names_the_table_and_keeps_its_type(spark, root):
+    """CAST('x' AS INT) fails under ANSI mode (Spark's default) in a rebuild too: the refresh
+    raises that error, not one of the engine's, with a note naming the table, the epoch and the
+    fix. A refresh retries the same epoch over the same rows; once the row is deleted, a full
+    refresh reads past it and the table is exact."""
+    assert spark.conf.get("spark.sql.ansi.enabled") == "true"
+    create_sources(root, a_rows=[(1, "7", 2)], b_rows=[])
+    engine = build_engine(spark, root, {"bad": "SELECT k, CAST(g AS INT) AS gi FROM a"}, parallelism=1)
+    engine.refresh()
+    append(root, "a", [(2, "x", 3)])
+    with pytest.raises(Exception) as raised:
+        engine.refresh()
+    assert not isinstance(raised.value, EpochalError), raised.value
+    notes = "\n".join(getattr(raised.value, "__notes__", []))
+    assert "table 'bad'" in notes and "full_refresh=True" in notes, notes
+    DeltaTable(source_path(root, "a")).delete("k = 2")
+    with pytest.raises(type(raised.value)):
+        engine.refresh()
+    engine.refresh(full_refresh=True)
+    assert_matches_recompute(engine, context="after the bad row was deleted")
+    assert sorted(tuple(r) for r in engine.read("bad").collect()) == [(1, 7)]

@@ -33,7 +33,7 @@ from deltalake.exceptions import CommitFailedError
 from ..arrow_rows import computed_rows
 from .. import faults, reasons, settings
 from ..changes import InputRange
-from ..errors import EpochError, StateInconsistent, StrictModeError
+from ..errors import EpochalError, EpochError, StateInconsistent, StrictModeError
 from ..keyed.state import StateMissing, StateStore
 from ..metrics import Meter, metered
 from ..storage.deltalog import DeltaLog
@@ -282,6 +282,22 @@ def _committed(table, step: Step) -> Step | None:
 
 
 def _execute(env: Environment, table, epoch: Epoch, step: Step, began: float) -> Report:
+    """Compute and write the step; an error that is not the engine's own (Spark's, raised by the
+    table's SQL, say) gets a note naming the table, the epoch and what happens next, and keeps
+    its type."""
+    try:
+        return _execute_with_retries(env, table, epoch, step, began)
+    except EpochalError:
+        raise
+    except Exception as error:
+        error.add_note(f"epochal: raised while applying epoch {epoch.key} to table {table.name!r} "
+                       f"({step.technique}); the step is not recorded as done. A refresh retries the same "
+                       "epoch over the same rows: if the table's SQL fails on them, change the SQL, or fix the "
+                       "rows at the source and refresh with full_refresh=True")
+        raise
+
+
+def _execute_with_retries(env: Environment, table, epoch: Epoch, step: Step, began: float) -> Report:
     conflicts = _conflicts()
     for attempt in range(CONCURRENT_RETRIES + 1):
         try:
