@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
@@ -25,12 +26,23 @@ def quoted(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
+def empty_frame(spark: SparkSession, schema: StructType) -> DataFrame:
+    """An empty DataFrame of `schema`, made in the JVM as a local relation: PySpark's
+    `createDataFrame([], schema)` builds it through an RDD, a dozen times slower, and defining a
+    table or typing an operator makes one per input. A Spark Connect session has no JVM here."""
+    if type(spark).__module__.startswith("pyspark.sql.connect"):
+        return spark.createDataFrame([], schema)
+    session = spark._jsparkSession
+    return ClassicDataFrame(session.createDataFrame(spark._jvm.java.util.ArrayList(),
+                                                    session.parseDataType(schema.json())), spark)
+
+
 def read_snapshot(spark: SparkSession, path: str, version: int, schema: StructType | None = None) -> DataFrame:
     """The table as of `version`; version -1 is the empty table before its first commit."""
     if version < 0:
         if schema is None:
             raise ValueError(f"reading {path} before its first version needs its schema")
-        return spark.createDataFrame([], schema)
+        return empty_frame(spark, schema)
     return spark.read.format("delta").option("versionAsOf", version).load(path)
 
 
@@ -99,7 +111,7 @@ def consolidate_rows(changes: pa.Table) -> pa.Table | None:
 
 
 def empty_changes(spark: SparkSession, schema: StructType) -> DataFrame:
-    return spark.createDataFrame([], StructType(list(schema.fields) + [StructField(WEIGHT, LongType())]))
+    return empty_frame(spark, StructType(list(schema.fields) + [StructField(WEIGHT, LongType())]))
 
 
 def null_safe_on(left: DataFrame, right: DataFrame, pairs: list[tuple[str, str]]):

@@ -32,7 +32,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from . import faults, settings
-from .changes import InputRange, read_snapshot
+from .changes import InputRange, empty_frame, read_snapshot
 from .errors import DefinitionError, EpochalError
 from .explain import explain
 from .graph import Scan, walk
@@ -200,14 +200,15 @@ class Engine:
         check_name(name)
         if name in self.sources:
             raise DefinitionError(name, "is already declared as a source")
-        fields = {n: self.schema_of(n).fields for n in self.sources}  # each source's log opened once
-        fields.update({n: t.schema.fields for n, t in self._tables.items() if n != name})
+        found = {n: self.schema_of(n) for n in self.sources}  # each source's log opened once
+        found.update({n: t.schema for n, t in self._tables.items() if n != name})
+        fields = {n: schema.fields for n, schema in found.items()}
         known = {n: TableInfo("source" if n in self.sources else "derived", tuple(f.name for f in found))
                  for n, found in fields.items()}
         schemas = {n: {f.name: f.dataType.simpleString() for f in found} for n, found in fields.items()}
         compiled = compile_definition(name, sql, known, schemas, self.passes)
         self._check_cycle(name, compiled.inputs)
-        schema = self._analyze(name, compiled)
+        schema = self._analyze(name, compiled, found)
         if compiled.plan is not None and any("map<" in f.dataType.simpleString() for f in schema.fields):
             compiled = dataclasses.replace(compiled, plan=None, blocker=(
                 "a MAP output column: Spark cannot group or compare maps, which consolidating a change needs"))
@@ -256,8 +257,8 @@ class Engine:
             seen.add(current)
             stack.extend(self._tables[current].compiled.inputs)
 
-    def _analyze(self, name: str, compiled: Compiled) -> StructType:
-        frames = {p: self.spark.createDataFrame([], self.schema_of(t)) for p, t in compiled.placeholders.items()}
+    def _analyze(self, name: str, compiled: Compiled, schemas: dict[str, StructType]) -> StructType:
+        frames = {p: empty_frame(self.spark, schemas[t]) for p, t in compiled.placeholders.items()}
         try:
             schema = self.spark.sql(compiled.recompute_sql, **frames).schema
         except (AnalysisException, ParseException) as error:

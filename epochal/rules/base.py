@@ -13,7 +13,7 @@ from pyspark.sql.types import StructField, StructType
 from sqlglot import exp
 
 from ..arrow_rows import computed_rows, held_exactly, held_rows, hold, lazy_frame
-from ..changes import quoted
+from ..changes import empty_frame, quoted
 from ..driver.filters import driver_filter
 from ..driver.projections import driver_project
 from ..graph import WEIGHT, Filter, Node, sql
@@ -105,7 +105,7 @@ def analysed_schema(ctx, key: tuple, apply: Callable[[DataFrame], DataFrame], sc
     key = (key, schema.json(), ctx.typing_confs)
     found = _ANALYSED.get(key)
     if found is None:
-        found = apply(ctx.spark.createDataFrame([], schema)).schema
+        found = apply(empty_frame(ctx.spark, schema)).schema
         with _ANALYSED_LOCK:
             if len(_ANALYSED) >= 4096:
                 _ANALYSED.clear()
