@@ -9,6 +9,7 @@ JVM starts.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sys
 from dataclasses import dataclass, field
@@ -201,13 +202,60 @@ def delta_artifact() -> str:
     return f"io.delta:delta-spark_{spark_minor}_2.13:{delta_version}"
 
 
+def _resolution_record(packages: str, confs: dict[str, str]) -> str:
+    """Where the JARs Ivy resolved for `packages` under `confs` (the session's `spark.jars.*`
+    settings, which steer the resolution) are recorded."""
+    import hashlib
+
+    import pyspark
+
+    key = json.dumps([packages, pyspark.__version__, sorted(confs.items())])
+    folder = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(folder, "epochal", f"jars-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json")
+
+
+def resolved_jars(packages: str, confs: dict[str, str]) -> list[str] | None:
+    """The JARs an earlier session on this machine resolved for `packages`, when each file is
+    still there: a session then starts with them (`spark.jars`) instead of Ivy resolving the
+    packages again, which reads every dependency's descriptor at each start (about a second)."""
+    try:
+        with open(_resolution_record(packages, confs)) as handle:
+            jars = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(jars, list) or not jars or not all(isinstance(j, str) and os.path.isfile(j) for j in jars):
+        return None
+    return jars
+
+
+def record_resolution(spark, packages: str, confs: dict[str, str], given: list[str]) -> None:
+    """Record the JARs the session's Ivy resolution put on `spark.jars` (besides the `given`
+    ones), for `resolved_jars`. A record that cannot be written is no error: the next session
+    resolves again."""
+    jars = [j.removeprefix("file:") for j in spark.sparkContext.getConf().get("spark.jars", "").split(",") if j]
+    jars = [j for j in jars if j not in given and os.path.isfile(j)]
+    if not jars:
+        return
+    path = _resolution_record(packages, confs)
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        temporary = f"{path}.{os.getpid()}"
+        with open(temporary, "w") as handle:
+            json.dump(jars, handle)
+        os.replace(temporary, path)
+    except OSError:
+        pass
+
+
 def delta_spark_session(settings: SparkSettings | None = None):
     """Return the process's Spark session, built with Delta Lake configured.
 
     With a local or standalone master the Delta JARs are resolved by Spark's own package
     mechanism (Ivy) from Maven Central on first use and cached under ~/.ivy2.5.2 (Maven's
-    ~/.m2/repository is consulted first). With Spark Connect, Delta must be configured on the
-    server; the client only connects.
+    ~/.m2/repository is consulted first). The JARs a resolution gave are recorded under
+    ~/.cache/epochal, and later sessions start with them while they are all there
+    (`resolved_jars`). With Spark Connect, Delta must be configured on the server; the client
+    only connects.
     """
     from pyspark.sql import SparkSession
 
@@ -220,11 +268,10 @@ def delta_spark_session(settings: SparkSettings | None = None):
     if active is not None:
         return active
 
-    packages = [delta_artifact(), *(s3_packages() if settings.s3 else [])]
+    packages = ",".join([delta_artifact(), *(s3_packages() if settings.s3 else [])])
     builder = (
         SparkSession.builder.master(settings.master)
         .appName(settings.app_name)
-        .config("spark.jars.packages", ",".join(packages))
         .config("spark.sql.extensions", DELTA_EXTENSION)
         .config("spark.sql.catalog.spark_catalog", DELTA_CATALOG)
         .config("spark.driver.memory", settings.driver_memory)
@@ -257,6 +304,15 @@ def delta_spark_session(settings: SparkSettings | None = None):
         extra_conf["spark.jars"] = ",".join(filter(None, [extra_conf.get("spark.jars"), s3_logstore_jar()]))
         for scheme in ("s3a", "s3"):
             builder = builder.config(f"spark.delta.logStore.{scheme}.impl", LOGSTORE_CLASS)
+    steering = {key: value for key, value in extra_conf.items() if key.startswith("spark.jars.")}
+    if settings.s3:
+        steering["spark.jars.excludes"] = "software.amazon.awssdk:bundle"
+    given = [jar for jar in extra_conf.get("spark.jars", "").split(",") if jar]
+    resolved = resolved_jars(packages, steering)
+    if resolved is None:
+        builder = builder.config("spark.jars.packages", packages)
+    else:
+        extra_conf["spark.jars"] = ",".join(given + resolved)
     for key, value in extra_conf.items():
         builder = builder.config(key, value)
     try:
@@ -276,6 +332,8 @@ def delta_spark_session(settings: SparkSettings | None = None):
             "settings), or fill ~/.m2/repository with `mvn dependency:get -Dartifact="
             f"{delta_artifact()}`. Also check that Java 17 is on PATH (`java -version`)."
         ) from error
+    if resolved is None:
+        record_resolution(spark, packages, steering, given)
     spark.sparkContext.setLogLevel("WARN")
     return spark
 
