@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
 from pyspark.sql.types import LongType, StructField, StructType
 
 from .graph import WEIGHT

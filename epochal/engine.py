@@ -531,14 +531,14 @@ class Engine:
         table = self.table(name)
         columns = [f.name for f in table.schema.fields]
         if local and self._read_locally(table):
-            changes = SharedReads(self.storage_options, self.driver_rows).change_rows(table.path, first - 1, last)
+            reads = SharedReads(self.storage_options, self.driver_rows)
+            changes = reads.change_rows(table.path, first - 1, last)
             if changes is not None:
                 inserted = pc.is_in(pc.cast(changes.column("_change_type"), pa.string()),
                                     pa.array(["insert", "update_postimage"]))
                 # as Spark's Arrow types first: pyarrow filters no string views, which delta-rs reads
                 rows = pa.Table.from_arrays([changes.column(c) for c in columns], names=columns)
-                kept = rows.cast(to_arrow_schema(table.schema)).filter(inserted)
-                return SharedReads(self.storage_options, self.driver_rows).local(self.spark, kept, table.schema)
+                return reads.local(self.spark, rows.cast(to_arrow_schema(table.schema)).filter(inserted), table.schema)
         return (self.spark.read.format("delta")
                 .option("readChangeFeed", "true")
                 .option("startingVersion", first)
