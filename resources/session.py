@@ -9,6 +9,7 @@ JVM starts.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import sys
@@ -205,8 +206,6 @@ def delta_artifact() -> str:
 def _resolution_record(packages: str, confs: dict[str, str]) -> str:
     """Where the JARs Ivy resolved for `packages` under `confs` (the session's `spark.jars.*`
     settings, which steer the resolution) are recorded."""
-    import hashlib
-
     import pyspark
 
     key = json.dumps([packages, pyspark.__version__, sorted(confs.items())])
