@@ -41,8 +41,11 @@ FIGURES = ("rows_read", "rows_inserted", "rows_deleted", "state_rows", "seconds"
 def demo(tmp_path_factory):
     """(warehouse, terminal output, partition keys of the demo's batches, Dagster instance)."""
     root = str(tmp_path_factory.mktemp("demo") / "warehouse")
+    # no JARs recorded by an earlier session (resources.session.resolved_jars): Ivy resolves, as
+    # on a machine's first run, and its report must go to the log, not the terminal
     environment = child_environment(PYTHONPATH=str(REPOSITORY), PYTHONUNBUFFERED="1",
-                                    EPOCHAL_DRIVER_MEMORY=os.environ.get("EPOCHAL_DRIVER_MEMORY", "2g"))
+                                    EPOCHAL_DRIVER_MEMORY=os.environ.get("EPOCHAL_DRIVER_MEMORY", "2g"),
+                                    XDG_CACHE_HOME=str(tmp_path_factory.mktemp("cache")))
     environment.pop("DAGSTER_HOME", None)  # the demo's default: <warehouse>/.dagster
     completed = subprocess.run(
         [sys.executable, "-m", "ops.demo", "--warehouse", root, "--scale", "0.01", "--batches", str(BATCHES),
