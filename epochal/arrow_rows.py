@@ -154,9 +154,14 @@ class LocalFrame(ClassicDataFrame):
         return super().__getattr__(name)  # DataFrame's: a column by name
 
 
+def is_connect(spark) -> bool:
+    """A Spark Connect session (`sc://`): no JVM in this process, and its frames are not classic."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
 def lazy_frame(spark, create, schema: StructType) -> DataFrame:
     """`create()`'s frame, of `schema`, created only when Spark first needs it (a LocalFrame);
     Spark Connect's frames are not classic: created now."""
-    if type(spark).__module__.startswith("pyspark.sql.connect"):
+    if is_connect(spark):
         return create()
     return LocalFrame(spark, create, schema)

@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
 from pyspark.sql.types import LongType, StructField, StructType
 
+from .arrow_rows import is_connect
 from .graph import WEIGHT
 
 POSITIVE_TYPES = ("insert", "update_postimage")
@@ -30,7 +31,7 @@ def empty_frame(spark: SparkSession, schema: StructType) -> DataFrame:
     """An empty DataFrame of `schema`, made in the JVM as a local relation: PySpark's
     `createDataFrame([], schema)` builds it through an RDD, a dozen times slower, and defining a
     table or typing an operator makes one per input. A Spark Connect session has no JVM here."""
-    if type(spark).__module__.startswith("pyspark.sql.connect"):
+    if is_connect(spark):
         return spark.createDataFrame([], schema)
     session = spark._jsparkSession
     return ClassicDataFrame(session.createDataFrame(spark._jvm.java.util.ArrayList(),

@@ -32,6 +32,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from . import faults, settings
+from .arrow_rows import is_connect
 from .changes import InputRange, empty_frame, read_snapshot
 from .errors import DefinitionError, EpochalError
 from .explain import explain
@@ -51,7 +52,7 @@ from .planning.plan import TableInfo
 from .protocol import epoch as protocol
 from .protocol.epoch import Report
 from .protocol.environment import Environment, Triggers
-from .protocol.writes import DRIVER_WRITE_TYPES
+from .protocol.writes import written_on_driver
 from .sessions import engine_confs, session_confs
 from .storage.access import check_warehouse
 from .storage.clock import clock_named
@@ -70,13 +71,6 @@ def _times(count: int) -> str:
     return "once" if count == 1 else f"{count} times"
 
 
-def _is_connect(spark) -> bool:
-    """A Spark Connect session (`sc://`): every Spark operation of the engine goes through Spark
-    SQL and the DataFrame API, which a Connect server with Delta's SQL extension runs; its steps
-    run one after another there (a Connect client has no child sessions)."""
-    return type(spark).__module__.startswith("pyspark.sql.connect")
-
-
 def output_frame(spark: SparkSession, table: "Table", inputs: dict[str, InputRange], side: str,
                  reads: SharedReads | None = None) -> DataFrame:
     """A table's SQL run in full over its inputs at the given side's versions. With `reads`, an
@@ -87,7 +81,7 @@ def output_frame(spark: SparkSession, table: "Table", inputs: dict[str, InputRan
         found = inputs[name]
         version = found.before if side == "before" else found.after
         if reads is not None and version >= 0 and found.schema is not None and \
-                all(type(f.dataType) in DRIVER_WRITE_TYPES for f in found.schema.fields):
+                written_on_driver(found.schema):
             local = reads.snapshot(spark, found.path, version)
             if local is not None and [(f.name, f.dataType) for f in local.schema.fields] == \
                     [(f.name, f.dataType) for f in found.schema.fields]:
@@ -461,7 +455,8 @@ class Engine:
 
     def _run_steps(self, names: list[str], epoch: Epoch, full_refresh: bool, reads: SharedReads) -> list[Report]:
         confs = engine_confs(self.spark)
-        if self.parallelism <= 1 or len(names) == 1 or _is_connect(self.spark):
+        # a Connect client has no child sessions: its steps run one after another on the server
+        if self.parallelism <= 1 or len(names) == 1 or is_connect(self.spark):
             env = self._environment(self.spark, reads)
             with session_confs(self.spark, confs):
                 return [protocol.run(env, self.table(name), epoch, full_refresh=full_refresh) for name in names]
@@ -548,7 +543,7 @@ class Engine:
                 .select(*[f"`{c}`" for c in columns]))
 
     def _read_locally(self, table: Table) -> bool:
-        return not _is_connect(self.spark) and all(type(f.dataType) in DRIVER_WRITE_TYPES for f in table.schema.fields)
+        return not is_connect(self.spark) and written_on_driver(table.schema)
 
     def recompute(self, name: str) -> DataFrame:
         """The full recompute of the table's SQL at the input versions of its last epoch."""

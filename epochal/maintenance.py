@@ -25,6 +25,7 @@ from datetime import datetime, timezone
 
 from deltalake import DeltaTable
 
+from .arrow_rows import is_connect
 from .errors import EpochalError
 from .protocol.writes import delta_path
 from .sessions import session_confs
@@ -85,7 +86,7 @@ def _children(uri: str, spark=None) -> list[str]:
 def _need_hadoop(spark, what: str) -> None:
     """Folders of an object-store warehouse are listed and deleted through the driver's Hadoop file
     system, which a Spark Connect client does not have."""
-    if type(spark).__module__.startswith("pyspark.sql.connect"):
+    if is_connect(spark):
         raise EpochalError(f"{what} needs the Hadoop file system of a classic Spark session; a Spark Connect "
                            "client has none. Run this maintenance job with a local[*] or spark:// master")
 

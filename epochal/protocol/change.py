@@ -21,7 +21,7 @@ from ..rules.base import analysed_schema
 from ..storage.deltalog import DeltaLog
 from .context import Context
 from .environment import Environment
-from .writes import DRIVER_WRITE_TYPES, arrow_as
+from .writes import arrow_as, written_on_driver
 
 
 def consolidated(ctx: Context, rows: DataFrame) -> DataFrame:
@@ -116,7 +116,7 @@ def _diff_on_driver(env: Environment, table, full: DataFrame, version: int) -> D
     has more than `env.driver_rows` rows, or a type is Spark's to write or to group."""
     reads = env.reads
     limit = env.driver_rows
-    if reads is None or limit <= 0 or not all(type(f.dataType) in DRIVER_WRITE_TYPES for f in table.schema.fields):
+    if reads is None or limit <= 0 or not written_on_driver(table.schema):
         return None
     current = reads.snapshot_rows(table.path, version)
     if current is None:

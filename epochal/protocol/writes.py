@@ -220,6 +220,12 @@ DRIVER_WRITE_TYPES = (BooleanType, ByteType, ShortType, IntegerType, LongType, F
                        StringType, BinaryType, DateType, TimestampType)
 
 
+def written_on_driver(schema: StructType) -> bool:
+    """Whether every column of `schema` is of a type delta-rs reads and writes as Spark does
+    (DRIVER_WRITE_TYPES): only then may the driver read or write the table's rows itself."""
+    return all(type(f.dataType) in DRIVER_WRITE_TYPES for f in schema.fields)
+
+
 def replace_contents(frame: DataFrame, path: str, app_id: str, seq: int, tag: str, storage_options=None,
             driver_rows: int = 0, change_data_feed: bool = False) -> bool:
     """Write `frame` as the table's whole contents (Spark's overwrite with overwriteSchema), with
@@ -227,7 +233,7 @@ def replace_contents(frame: DataFrame, path: str, app_id: str, seq: int, tag: st
     Spark would (DRIVER_WRITE_TYPES) are collected (one job) and committed by delta-rs: a first
     epoch's output or state of a small table then costs a small commit, not a Spark write's jobs.
     Returns whether it was committed on the driver."""
-    if driver_rows > 0 and all(type(f.dataType) in DRIVER_WRITE_TYPES for f in frame.schema.fields):
+    if driver_rows > 0 and written_on_driver(frame.schema):
         frame = frame.persist()  # computed once, whichever writes it
         try:
             rows = rows_up_to(frame, driver_rows)
