@@ -234,7 +234,8 @@ class SemiJoin(Binary):
 
     def describe(self) -> str:
         kind = "not in" if self.null_aware else ("anti" if self.anti else "semi")
-        on = _pairs(self.pairs) + (f" AND {sql(self.residual)}" if self.residual is not None else "")
+        on = " AND ".join(part for part in (_pairs(self.pairs), sql(self.residual) if self.residual is not None else "")
+                          if part)
         return f"{kind} on {on or 'true'}"
 
 
@@ -300,6 +301,13 @@ def single_row(node: Node) -> bool:
     while isinstance(node, (Project, Filter)):
         node = node.input
     return isinstance(node, Aggregate) and not node.keys
+
+
+def one_row(node: Node) -> bool:
+    """Exactly one row, always: a global aggregate (with aggregates) under projections."""
+    while isinstance(node, Project):
+        node = node.input
+    return isinstance(node, Aggregate) and not node.keys and bool(node.aggs)
 
 
 def walk(root: Node) -> Iterator[Node]:

@@ -197,6 +197,13 @@ def shapes(column: ColumnType) -> list[Shape]:
         ]
     if column.orderable:
         out.append(Shape("min_max_by_k", "SELECT k, min(x) AS lo, max(x) AS hi FROM t GROUP BY k", representative=True))
+        # an uncorrelated scalar subquery's filter (a semi-join with its one-row aggregate): when u's
+        # max moves, the rows of t whose comparison flips; NULL (u empty, or all NULL) passes nothing
+        out.append(Shape("at_least_scalar", "SELECT id, k, x FROM t WHERE x >= (SELECT max(y) FROM u)"))
+    if column.numeric and not column.floating and column.sql != "bigint":
+        # AVG is exact here (Spark adds as doubles; BIGINT and floating-point sums may round differently)
+        out.append(Shape("above_average", "SELECT k, count(*) AS n FROM t WHERE x > (SELECT avg(y) FROM u) "
+                                          "AND k IS NOT NULL GROUP BY k"))
     if column.numeric:
         # Spark's AVG adds the values as doubles (BIGINT too), in the order it reads them: a BIGINT
         # sum past 2^53 is rounded as it goes, differently in the recompute and in the engine (which
@@ -288,16 +295,18 @@ def replayed(text: str) -> Run:
 
 @st.composite
 def runs(draw, columns: st.SearchStrategy | None = None, epochs: tuple[int, int] = (2, 3),
-         most_shapes: int | None = None) -> Run:
+         most_shapes: int | None = None, named: tuple[str, ...] = ()) -> Run:
     """A drawn run of a column type drawn from `columns` (None: any); `most_shapes`: at most that
-    many of the type's shapes, drawn (None: all). Hypothesis tries its simplest example first, the
-    same every time (a one-digit decimal, one shape, no changes to speak of): rejected, every
-    example is a random one."""
+    many of the type's shapes, drawn (None: all); `named`: only these shapes (the first shape where
+    the type has none of them). Hypothesis tries its simplest example first, the same every time (a
+    one-digit decimal, one shape, no changes to speak of): rejected, every example is a random one."""
     assume(draw(st.integers(0, 2 ** 31)) != 0)
     column = draw(columns if columns is not None else column_types())
     names = [shape.name for shape in shapes(column)]
+    if named:
+        names = [name for name in names if name in named] or names[:1]
     only = tuple(draw(st.lists(st.sampled_from(names), min_size=1, max_size=most_shapes, unique=True))) \
-        if most_shapes is not None else None
+        if most_shapes is not None else (tuple(names) if named else None)
     initial = (draw(st.lists(row_of(column), min_size=3, max_size=12)), draw(st.lists(row_of(column), min_size=2, max_size=8)))
     ops = operations(column)
     drawn = draw(st.lists(st.tuples(st.lists(ops, min_size=1, max_size=4), st.lists(ops, max_size=2)),

@@ -9,7 +9,8 @@ computation of its SQL after every epoch.
 runs; each round starts at another type (`rotated`), so a run stopped within a round does not
 always favour the same types. With
 EPOCHAL_CONFORMANCE_KEEP_GOING it records every mismatch for the matrix instead of stopping at
-the first. EPOCHAL_CONFORMANCE_TYPE narrows either to one type, as Spark spells it."""
+the first. EPOCHAL_CONFORMANCE_TYPE narrows either to one type, as Spark spells it, and
+EPOCHAL_CONFORMANCE_SHAPES (names, space-separated) to those shapes."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ EXAMPLES = int(os.environ.get("EPOCHAL_CONFORMANCE_EXAMPLES", "1"))
 # make test's slice: a few of the type's shapes, two epochs; make conformance: every shape, up to three
 SLICE = {} if LONG else {"epochs": (2, 2), "most_shapes": 5}
 ONE_TYPE = os.environ.get("EPOCHAL_CONFORMANCE_TYPE")
+SHAPES = tuple(os.environ.get("EPOCHAL_CONFORMANCE_SHAPES", "").split())  # only these (e.g. a new operator's)
 
 
 def rotated(names: list, number: int) -> list:
@@ -58,7 +60,7 @@ def problems(run, outcome) -> list[str]:
                                  HealthCheck.data_too_large, HealthCheck.large_base_example])
 @given(data=st.data())
 def test_every_case_equals_its_recompute_after_every_epoch(spark, warehouse, round_number, type_name, data):
-    run = data.draw(runs(type_strategy(type_name), **SLICE), label="run")
+    run = data.draw(runs(type_strategy(type_name), **SLICE, named=SHAPES), label="run")
     print(run.describe())
     outcome, by_table = run_case(spark, warehouse, run)
     record(outcome, by_table)

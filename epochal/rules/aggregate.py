@@ -590,7 +590,7 @@ class AggregateRule(Rule):
             changed = set(key_tuples(fresh, groups))
             state = state.filter(pa.array([key not in changed for key in key_tuples(state, groups)], pa.bool_())) \
                 if groups else state.slice(0, 0)  # a global aggregate's one row is always touched
-            exists = pc.greater(fresh.column("n__" + COUNT), 0) if groups else pa.array([True] * fresh.num_rows)
+            exists = pc.greater(fresh.column("n__" + COUNT), 0) if groups else pa.array([True] * fresh.num_rows, pa.bool_())
             new = fresh.filter(exists).select([*groups, *["n__" + s for s in columns]]).rename_columns(schema.names)
             state = pa.concat_tables([state, new.cast(state.schema)])
         local = ctx.reads.local(ctx.spark, state.combine_chunks(), schema)
