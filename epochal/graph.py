@@ -296,8 +296,8 @@ class Opaque(Node):
 
 
 def single_row(node: Node) -> bool:
-    """Whether `node` always has exactly one row: a global aggregate (a scalar subquery's value),
-    seen through the projections and filters above it (a filter may drop the row: at most one)."""
+    """Whether `node` has at most one row: a global aggregate (a scalar subquery's value), seen
+    through the projections and filters above it (a filter may drop the row; `one_row` may not)."""
     while isinstance(node, (Project, Filter)):
         node = node.input
     return isinstance(node, Aggregate) and not node.keys

@@ -28,7 +28,7 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
-from decimal import Decimal
+from decimal import Context, Decimal
 from pathlib import Path
 
 import pyarrow as pa
@@ -77,7 +77,8 @@ def _decimals(precision: int, scale: int) -> st.SearchStrategy:
     digits = min(precision - scale, min(38, precision + 4) - min(38, scale + 4), min(38, precision + 10) - scale - 3)
     largest = 10 ** (max(digits, 0) + scale) - 1
     unscaled = st.integers(-largest, largest) | st.sampled_from([0, 1, -1, largest, -largest])
-    return unscaled.map(lambda n: Decimal(n).scaleb(-scale))
+    # exact: Python's default context (28 digits) would round wider values, past the type's range too
+    return unscaled.map(lambda n: Decimal(n).scaleb(-scale, Context(prec=80)))
 
 
 def _floats(width: int) -> st.SearchStrategy:

@@ -83,6 +83,27 @@ def test_top_k_over_an_aggregate_advances_the_aggregate_state(spark, warehouse):
     run_epochs(spark, warehouse, {name: AGGREGATES_AND_SETS[name] for name in ("top_groups", "per_group")}, epochs)
 
 
+def test_a_scalar_whose_input_changed_but_not_its_value_changes_nothing(spark, warehouse):
+    """The filter of a scalar subquery over another table: that table changes, its maximum does
+    not, and the filtered table does not change: the step is incremental, its change empty."""
+    root = f"{warehouse}/{uuid.uuid4().hex[:8]}"
+    SyntheticSource(spark, f"{root}/sources/a", A_SCHEMA, [(k, "x", k, Decimal("1.00")) for k in range(10)])
+    b = SyntheticSource(spark, f"{root}/sources/b", B_SCHEMA, [(1, "one", 4.5), (2, "two", 1.0)])
+    engine = Engine(spark, root, cost_model=False)
+    engine.source("a")
+    engine.source("b")
+    engine.define("above", "SELECT k, v FROM a WHERE v > (SELECT max(w) FROM b)")
+    engine.refresh()
+    b.update("k = 2", {"w": "2.0"})  # below the maximum, which stays 4.5
+    [report] = engine.refresh()
+    assert report.technique == "incremental"
+    assert_matches_recompute(engine, context="after the scalar's input changed, not its value")
+    b.update("k = 1", {"w": "6.5"})  # the maximum moves past v = 5 and 6
+    [report] = engine.refresh()
+    assert report.technique == "incremental"
+    assert_matches_recompute(engine, context="after the scalar moved")
+
+
 def test_a_moved_scalar_reaches_the_anti_join_as_the_rows_it_moved_past(spark, warehouse, monkeypatch):
     """TPC-H Q22's shape. The scalar subquery's filter is a semi-join with its one-row aggregate
     (planning/optimize/filter_by_scalar.py); when the value moves, its change is the rows whose

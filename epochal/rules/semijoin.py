@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import pyarrow as pa
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 from sqlglot import exp
 
 from ..arrow_rows import exact_rows, held_exactly, hold, spark_typed
-from ..changes import NEW, OLD, quoted
+from ..changes import NEW, OLD, empty_changes, quoted
 from ..driver.joins import semi_join_rows
 from ..graph import WEIGHT, SemiJoin, col, one_row
 from ..narrowing import comparable, matching_keys, restricted_snapshot
@@ -91,6 +92,10 @@ class SemiJoinRule(Rule):
         if ctx.delta(node.right) is not None:
             terms.append(self._flips(node, ctx))
         terms = [term for term in terms if term is not None]
+        if not terms:  # the filtered input did not change, nor did the scalar's value
+            schema = StructType([ctx.snapshot(node.left, NEW).schema[c] for c in node.columns])
+            empty = empty_changes(ctx.spark, schema)
+            return hold(empty, to_arrow_schema(empty.schema).empty_table(), exact=True)
         union = union_all(terms)
         if union is not None and all(held_exactly(term) for term in terms):
             def rows():
