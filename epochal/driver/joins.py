@@ -124,10 +124,11 @@ def _crossed(left: pa.Table, right: pa.Table) -> pa.Table:
 
 def semi_join_rows(left: pa.Table, right: pa.Table, left_schema: StructType, right_schema: StructType,
                    pairs, residual, anti: bool) -> pa.Table | None:
-    """LEFT SEMI (or ANTI) JOIN of `left` with `right` on `pairs` (left column = right column; none
-    pairs every row with every row, for a scalar subquery's filter) and the `residual` predicate, in Arrow: each left row kept once (or dropped) by whether any right
-    row matches it, as Spark's; None where Arrow may not decide it as Spark does. Both tables have
-    their schema's Arrow types (spark_typed)."""
+    """LEFT SEMI (or ANTI) JOIN of `left` with `right` on `pairs` (left column = right column; no
+    pairs match every row with every row: a scalar subquery's filter) and the `residual`
+    predicate, in Arrow: each left row kept once (or dropped) by whether any right row matches
+    it, as Spark's; None where Arrow may not decide it as Spark does. Both tables have their
+    schema's Arrow types (spark_typed)."""
     left_types = {f.name: f.dataType for f in left_schema.fields}
     right_types = {f.name: f.dataType for f in right_schema.fields}
     if set(left.column_names) & set(right.column_names) or any(
