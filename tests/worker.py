@@ -80,7 +80,8 @@ def commit_row(spark, path: str, by: str, writer: str, n: int) -> None:
     {"race": writer, "n": n}."""
     import pyarrow as pa
 
-    from epochal.protocol.writes import apply_multiset, write_identity, writer as delta_writer
+    from epochal.protocol.writes import apply_multiset, write_identity
+    from epochal.protocol.writes import writer as delta_writer
     from epochal.storage import commits
 
     app, tag = f"race/{writer}", json.dumps({"race": writer, "n": n})
