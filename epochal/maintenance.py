@@ -12,6 +12,7 @@ below Delta's default of 7 days unless the caller says so explicitly.
 
 Do not run maintenance while epochs are being applied to the same tables: OPTIMIZE conflicts with a
 concurrent MERGE (Delta retries or fails it), and deleting state under a running step fails it.
+OPTIMIZE and VACUUM hold the table's commit lock on a local path (storage/commit_lock.py).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from .arrow_rows import is_connect
 from .errors import EpochalError
 from .protocol.writes import delta_path
 from .sessions import session_confs
+from .storage.commit_lock import commit_lock
 from .storage.deltalog import DeltaLog
 from .storage.ledger import Ledger
 from .storage.warehouse import Warehouse, is_local, local_path
@@ -173,13 +175,15 @@ def optimize(spark, target: DeltaTarget) -> MaintenanceResult:
     new commit has dataChange=false, so change feeds and epochs do not see it."""
     began = time.monotonic()
     if target.kind in ("ledger", "remap"):
-        table = DeltaTable(target.path)
-        metrics = table.optimize.compact()
-        table.create_checkpoint()
+        with commit_lock(target.path):
+            table = DeltaTable(target.path)
+            metrics = table.optimize.compact()
+            table.create_checkpoint()
         detail = {"files_removed": int(metrics.get("numFilesRemoved", 0)), "files_added": int(metrics.get("numFilesAdded", 0))}
     else:
         # SQL rather than Delta's DeltaTable API, which a Spark Connect server runs only with Delta's plugin
-        row = spark.sql(f"OPTIMIZE {delta_path(target.path)}").first()
+        with commit_lock(target.path):
+            row = spark.sql(f"OPTIMIZE {delta_path(target.path)}").first()
         metrics = row["metrics"].asDict() if row is not None else {}
         detail = {"files_removed": int(metrics.get("numFilesRemoved", 0)), "files_added": int(metrics.get("numFilesAdded", 0))}
     detail["version"] = DeltaLog.open(target.path).version
@@ -226,8 +230,9 @@ def vacuum(spark, target: DeltaTarget, retention_hours: float = DEFAULT_RETENTIO
         )
     hours, note = safe_retention_hours(target.path, retention_hours, keep_version)
     if target.kind in ("ledger", "remap", "arrangement"):
-        removed = DeltaTable(target.path).vacuum(retention_hours=int(math.ceil(hours)), dry_run=dry_run,
-                                                 enforce_retention_duration=not allow_short_retention)
+        with commit_lock(target.path):  # delta-rs logs VACUUM START and END as commits
+            removed = DeltaTable(target.path).vacuum(retention_hours=int(math.ceil(hours)), dry_run=dry_run,
+                                                     enforce_retention_duration=not allow_short_retention)
         count = len(removed)
     else:
         quoted = target.path.replace("`", "``")
@@ -237,7 +242,8 @@ def vacuum(spark, target: DeltaTarget, retention_hours: float = DEFAULT_RETENTIO
         with session_confs(spark, confs):
             count = spark.sql(f"VACUUM delta.`{quoted}` RETAIN {hours:g} HOURS DRY RUN").count()
             if count and not dry_run:
-                spark.sql(f"VACUUM delta.`{quoted}` RETAIN {hours:g} HOURS").collect()
+                with commit_lock(target.path):
+                    spark.sql(f"VACUUM delta.`{quoted}` RETAIN {hours:g} HOURS").collect()
     detail = {"files_deleted": 0 if dry_run else count, "files_deletable": count, "retention_hours": hours,
               "keep_version": -1 if keep_version is None else keep_version}
     verb = "would delete" if dry_run else "deleted"

@@ -11,6 +11,10 @@ when the machine dies.
     child = Child.start(jars)            # the parent's resolved Delta JARs: no Ivy resolution
     child.send({"root": ..., "sources": ["a", "b"], "definitions": {...}, "until": iso, "at": t})
     answer = child.answer()              # {"reports": [...]} or {"error": type, "message": text}
+
+A command with "appends" (a table's path) instead commits one row at a time to that table from
+"at" until "until" (`append_until`), through Spark or delta-rs ("by"), and answers {"appends":
+[outcome, ...]}.
 """
 
 from __future__ import annotations
@@ -65,6 +69,61 @@ def _refresh(spark, command: dict) -> dict:
     return {"reports": [r.as_dict() for r in reports], "started": started}
 
 
+# ---- one row a commit, through the engine's write paths (tests/test_commit_race.py) ---------------
+RACE_COLUMNS = ["writer", "n"]
+
+
+def commit_row(spark, path: str, by: str, writer: str, n: int) -> None:
+    """Append the row (writer, n) to the Delta table at `path` as the engine appends: through Spark
+    (protocol/writes.apply_multiset, an epoch's output append) or delta-rs (storage/commits.append,
+    the driver's), with the idempotent-write identity (race/<writer>, n) and the commit tagged
+    {"race": writer, "n": n}."""
+    import pyarrow as pa
+
+    from epochal.protocol.writes import apply_multiset, write_identity
+    from epochal.protocol.writes import writer as delta_writer
+    from epochal.storage import commits
+
+    app, tag = f"race/{writer}", json.dumps({"race": writer, "n": n})
+    if by == "spark":
+        frame = spark.createDataFrame([(writer, n, "insert")], f"writer string, n long, {commits.OP} string")
+        apply_multiset(spark, path, frame, RACE_COLUMNS, write_identity(spark, app, n, tag),
+                       lambda rows: delta_writer(rows, app, n, tag), has_deletes=False)
+    elif by == "delta-rs":
+        table = commits.open_unwritten(path, app, n)
+        if table is not None:
+            commits.append(table, pa.table({"writer": [writer], "n": pa.array([n], pa.int64())}), app, n, tag)
+    else:
+        raise ValueError(by)
+
+
+def append_until(spark, path: str, by: str, writer: str, at: float, until: float, pause: float = 0.0,
+                 threads: int = 1) -> dict[str, list[dict]]:
+    """`commit_row` in a loop from wall-clock time `at` to `until` in each of `threads` threads,
+    writers <writer>0, <writer>1, ..., n = 1, 2, ... each. Per writer, each commit's outcome:
+    {"n", "ok"} and, where it raised, "error"."""
+    outcomes = {f"{writer}{i}": [] for i in range(threads)}
+
+    def loop(name: str) -> None:
+        time.sleep(max(0.0, at - time.time()))
+        n = 0
+        while time.time() < until:
+            n += 1
+            try:
+                commit_row(spark, path, by, name, n)
+                outcomes[name].append({"n": n, "ok": True})
+            except Exception as error:  # noqa: BLE001 - the test judges it
+                outcomes[name].append({"n": n, "ok": False, "error": f"{type(error).__name__}: {str(error)[:500]}"})
+            time.sleep(pause)
+
+    workers = [threading.Thread(target=loop, args=(name,), daemon=True) for name in outcomes]
+    for thread in workers:
+        thread.start()
+    for thread in workers:
+        thread.join()
+    return outcomes
+
+
 def main() -> None:
     from resources.session import SparkSettings, delta_spark_session
 
@@ -85,6 +144,11 @@ def main() -> None:
         command = json.loads(line)
         if command.get("quit"):
             break
+        if command.get("appends"):
+            _say({"appends": append_until(spark, command["appends"], command["by"], command["writer"],
+                                          command["at"], command["until"], command.get("pause", 0.0),
+                                          command.get("threads", 1))})
+            continue
         _say(_refresh(spark, command))
     spark.stop()
 
@@ -100,9 +164,13 @@ class Child:
         threading.Thread(target=self._read, daemon=True).start()
 
     @staticmethod
-    def start(jars: str | None, log: Path) -> "Child":
+    def start(jars: str | None, log: Path, spark_conf: dict[str, str] | None = None) -> "Child":
+        """`spark_conf`: further Spark settings of the child's session (added to EPOCHAL_SPARK_CONF)."""
         env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
         env.pop("EPOCHAL_KILL_AT", None)
+        if spark_conf:
+            env["EPOCHAL_SPARK_CONF"] = ";".join(filter(None, [env.get("EPOCHAL_SPARK_CONF", ""), *(
+                f"{key}={value}" for key, value in spark_conf.items())]))
         if jars:
             env["EPOCHAL_CHILD_JARS"] = jars
         with open(log, "wb") as stderr:

@@ -63,6 +63,7 @@ from ..arrow_rows import key_kind
 from ..changes import feed_weights, quoted
 from ..graph import WEIGHT
 from ..sessions import session_confs
+from ..storage.commit_lock import commit_lock
 from ..storage.commits import aligned, writer_properties
 from ..storage.deltalog import DeltaLog, delta_rs_reads_alike
 from ..storage.warehouse import within
@@ -515,11 +516,12 @@ class Arrangements:
         rows = _sorted_by(rows, by_name[key.lower()].name)
         meta = dict(arrangement=FORMAT, since=None, to=version, columns=[f.name for f in fields],
                     source=self._name(source), key=key, rows=rows.num_rows, source_id=table.metadata().id)
-        write_deltalake(self.path(source, key), rows, mode="overwrite", schema_mode="overwrite",
-                        storage_options=self.storage_options,
-                        writer_properties=writer_properties(rows.schema, max_row_group_size=ROW_GROUP,
-                                                            compression=COMPRESSION),
-                        commit_properties=CommitProperties(custom_metadata={"userMetadata": json.dumps(meta)}))
+        with commit_lock(self.path(source, key)):
+            write_deltalake(self.path(source, key), rows, mode="overwrite", schema_mode="overwrite",
+                            storage_options=self.storage_options,
+                            writer_properties=writer_properties(rows.schema, max_row_group_size=ROW_GROUP,
+                                                                compression=COMPRESSION),
+                            commit_properties=CommitProperties(custom_metadata={"userMetadata": json.dumps(meta)}))
         log.info("arranged %s by %s as of version %d on the driver: %d rows", source, key, version, rows.num_rows)
         return True
 
@@ -540,7 +542,8 @@ class Arrangements:
         # Parquet takes the row-group bound from the write's Hadoop conf, which Spark builds from the
         # session's confs (a DataFrameWriter option does not reach it through Delta's writer); a
         # session conf also reaches a Spark Connect server's session, the client's Hadoop conf not.
-        with _row_group_setting, session_confs(spark, {"parquet.block.row.count.limit": str(ROW_GROUP)}):
+        with _row_group_setting, session_confs(spark, {"parquet.block.row.count.limit": str(ROW_GROUP)}), \
+                commit_lock(self.path(source, key)):
             (sorted_.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
              .option("userMetadata", json.dumps(meta)).save(self.path(source, key)))
         log.info("arranged %s by %s as of version %d: %d rows", source, key, version, rows)
@@ -564,10 +567,11 @@ class Arrangements:
         meta = dict(arrangement=FORMAT, since=commit.to, to=to, columns=list(commit.columns),
                     source=self._name(source), key=key, rows=rows.num_rows,
                     source_id=commit.source_id or self.source_id(source))
-        write_deltalake(table, aligned(rows, table), mode="append", storage_options=self.storage_options,
-                        writer_properties=writer_properties(rows.schema, max_row_group_size=ROW_GROUP,
-                                                            compression=COMPRESSION),
-                        commit_properties=CommitProperties(custom_metadata={"userMetadata": json.dumps(meta)}))
+        with commit_lock(path):
+            write_deltalake(table, aligned(rows, table), mode="append", storage_options=self.storage_options,
+                            writer_properties=writer_properties(rows.schema, max_row_group_size=ROW_GROUP,
+                                                                compression=COMPRESSION),
+                            commit_properties=CommitProperties(custom_metadata={"userMetadata": json.dumps(meta)}))
         faults.point("after_arrangement_append")
         self._written(source, key)
 

@@ -6,6 +6,8 @@ step run again after a crash skips what it already wrote, and the versions it wr
 in the tables' histories. The change is first shaped into MERGE source rows (`keyed_source`,
 `multiset_source`); a change of at most `Engine.driver_rows` rows is then committed on the driver
 (storage/commits.py), a larger one by Spark (`apply_keyed`, `apply_multiset`, `write_state`).
+Each Spark write holds the table's commit lock on a local path (storage/commit_lock.py: `save`,
+`merge_sql`).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from ..errors import StateInconsistent
 from ..graph import WEIGHT
 from ..keyed.state import DELETE_FLAG, SEQ, StateStore, StateWrite, latest
 from ..storage import commits as driver_commits
+from ..storage.commit_lock import commit_lock
 from ..storage.commits import OP
 from ..storage.deltalog import DeltaLog
 
@@ -87,6 +90,12 @@ def writer(frame: DataFrame, app_id: str, seq: int, tag: str):
         .option("txnVersion", seq)
         .option("userMetadata", tag)
     )
+
+
+def save(write, path: str) -> None:
+    """`write.save(path)` (a DataFrameWriter) holding the table's commit lock."""
+    with commit_lock(path):
+        write.save(path)
 
 
 def version_written(path: str, table: str, seq: int, what: str, since: int, storage_options=None) -> int | None:
@@ -149,8 +158,9 @@ def merge_sql(spark, path: str, source: DataFrame, condition: str, clauses: list
     view = f"epochal_merge_source_{uuid.uuid4().hex}"
     source.createOrReplaceTempView(view)
     try:
-        spark.sql(f"MERGE INTO {delta_path(path)} AS t USING {view} AS s ON {condition} "
-                  + " ".join(clauses)).collect()
+        with commit_lock(path):
+            spark.sql(f"MERGE INTO {delta_path(path)} AS t USING {view} AS s ON {condition} "
+                      + " ".join(clauses)).collect()
     finally:
         spark.catalog.dropTempView(view)
 
@@ -198,7 +208,7 @@ def apply_multiset(spark, path: str, source: DataFrame, columns: list[str], iden
     """Spark write of a multiset_source: a plain append without deletes, else a MERGE in which
     `delete` rows match every copy of their row and `insert` rows never match."""
     if not has_deletes:
-        append_writer(source.drop(OP)).mode("append").save(path)
+        save(append_writer(source.drop(OP)).mode("append"), path)
         return
     with identity:
         merge_sql(spark, path, source, _merge_condition(columns) + f" AND s.{OP} = 'delete'", [
@@ -253,7 +263,7 @@ def _spark_replace(frame: DataFrame, path: str, app_id: str, seq: int, tag: str,
     write = writer(frame, app_id, seq, tag).mode("overwrite").option("overwriteSchema", "true")
     if change_data_feed:
         write = write.option("delta.enableChangeDataFeed", "true")
-    write.save(path)
+    save(write, path)
 
 
 def arrow_as(rows, schema: StructType):
@@ -298,7 +308,7 @@ def write_state(spark, store: StateStore, write: StateWrite, seq: int, app_id: s
         earlier = spark.read.format("delta").option("versionAsOf", store.versions[write.name]).load(path)
         compacted = latest(earlier.unionByName(tagged_rows()), list(write.keys))
         compacted = compacted.withColumn(DELETE_FLAG, F.lit(False)).withColumn(SEQ, F.lit(seq).cast(LongType()))
-        writer(_in_key_order(compacted, write.keys), app_id, seq, tag).mode("overwrite").save(path)
+        save(writer(_in_key_order(compacted, write.keys), app_id, seq, tag).mode("overwrite"), path)
         faults.point("after_state_compaction")
         return False
     if write.rows is not None and write.rows <= driver_rows:
@@ -307,5 +317,5 @@ def write_state(spark, store: StateStore, write: StateWrite, seq: int, app_id: s
             driver_commits.append(table, _tagged(write.arrow, seq) if write.arrow is not None else tagged_rows().toArrow(),
                                   app_id, seq, tag, store.storage_options)
         return True
-    writer(tagged_rows(), app_id, seq, tag).mode("append").save(path)
+    save(writer(tagged_rows(), app_id, seq, tag).mode("append"), path)
     return False

@@ -18,7 +18,8 @@ Each commit keeps the guarantees of every engine write:
   the bag difference of the versions around them (duplicates and NULLs included). Never delta-rs
   UPDATE: on duplicate rows it records too few images;
 - readable by Spark's filters: no Parquet statistics for FLOAT and DOUBLE columns
-  (`writer_properties`).
+  (`writer_properties`);
+- made holding the table's commit lock on a local path (commit_lock.py), as Spark's writes are.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from pyspark.sql.types import ArrayType, DataType, DoubleType, FloatType, MapTyp
 
 from ..errors import StateInconsistent
 from ..graph import WEIGHT
+from .commit_lock import commit_lock
 
 OP = "__op"
 
@@ -198,34 +200,37 @@ def merge_keyed(table: DeltaTable, rows: pa.Table, columns: list[str], key: list
     """MERGE rows marked `upsert` (update the key's row or insert it) and `delete` (remove the
     key's row); at most one row per key, as apply_keyed's source."""
     values = {_column(c): _column(c, "s") for c in columns}
-    (
-        table.merge(aligned(rows, table, (OP,)), _same(key, table), source_alias="s", target_alias="t",
-                    streamed_exec=False, commit_properties=_properties(app_id, seq, tag),
-                    writer_properties=writer_properties(rows.schema))
-        .when_matched_delete(predicate=f"s.{OP} = 'delete'")
-        .when_matched_update(updates=values)
-        .when_not_matched_insert(updates=values, predicate=f"s.{OP} = 'upsert'")
-        .execute()
-    )
+    with commit_lock(table.table_uri):
+        (
+            table.merge(aligned(rows, table, (OP,)), _same(key, table), source_alias="s", target_alias="t",
+                        streamed_exec=False, commit_properties=_properties(app_id, seq, tag),
+                        writer_properties=writer_properties(rows.schema))
+            .when_matched_delete(predicate=f"s.{OP} = 'delete'")
+            .when_matched_update(updates=values)
+            .when_not_matched_insert(updates=values, predicate=f"s.{OP} = 'upsert'")
+            .execute()
+        )
 
 
 def merge_multiset(table: DeltaTable, rows: pa.Table, columns: list[str], app_id: str, seq: int, tag: str) -> None:
     """MERGE a multiset change: a `delete` row removes every copy of the row it equals, `insert`
     rows never match and are added (one row per copy), as apply_multiset's source."""
     values = {_column(c): _column(c, "s") for c in columns}
-    (
-        table.merge(aligned(rows, table, (OP,)), _same(columns, table) + f" AND s.{OP} = 'delete'", source_alias="s",
-                    target_alias="t", streamed_exec=False, commit_properties=_properties(app_id, seq, tag),
-                    writer_properties=writer_properties(rows.schema))
-        .when_matched_delete()
-        .when_not_matched_insert(updates=values, predicate=f"s.{OP} = 'insert'")
-        .execute()
-    )
+    with commit_lock(table.table_uri):
+        (
+            table.merge(aligned(rows, table, (OP,)), _same(columns, table) + f" AND s.{OP} = 'delete'",
+                        source_alias="s", target_alias="t", streamed_exec=False,
+                        commit_properties=_properties(app_id, seq, tag), writer_properties=writer_properties(rows.schema))
+            .when_matched_delete()
+            .when_not_matched_insert(updates=values, predicate=f"s.{OP} = 'insert'")
+            .execute()
+        )
 
 
 def append(table: DeltaTable, rows: pa.Table, app_id: str, seq: int, tag: str, storage_options=None) -> None:
-    write_deltalake(table, aligned(rows, table), mode="append", storage_options=storage_options,
-                    commit_properties=_properties(app_id, seq, tag), writer_properties=writer_properties(rows.schema))
+    with commit_lock(table.table_uri):
+        write_deltalake(table, aligned(rows, table), mode="append", storage_options=storage_options,
+                        commit_properties=_properties(app_id, seq, tag), writer_properties=writer_properties(rows.schema))
 
 
 def replace(path: str, rows: pa.Table, app_id: str, seq: int, tag: str, storage_options=None,
@@ -244,8 +249,9 @@ def replace(path: str, rows: pa.Table, app_id: str, seq: int, tag: str, storage_
     schema = pa.schema([field.with_nullable(True) for field in rows.schema])
     data = pa.Table.from_arrays([rows.column(i) for i in range(rows.num_columns)], schema=schema)
     configuration = {"delta.enableChangeDataFeed": "true"} if change_data_feed and existing is None else None
-    write_deltalake(existing if existing is not None else path, data, mode="overwrite",
-                    schema_mode="overwrite" if existing is not None else None, configuration=configuration,
-                    storage_options=storage_options, commit_properties=_properties(app_id, seq, tag),
-                    writer_properties=writer_properties(schema))
+    with commit_lock(path):
+        write_deltalake(existing if existing is not None else path, data, mode="overwrite",
+                        schema_mode="overwrite" if existing is not None else None, configuration=configuration,
+                        storage_options=storage_options, commit_properties=_properties(app_id, seq, tag),
+                        writer_properties=writer_properties(schema))
     return True

@@ -5,6 +5,7 @@ delta-rs commits them atomically on the same storage as the data, Spark can read
 Delta table, and Delta's optimistic concurrency gives insert-if-absent: a record is written by an
 overwrite restricted to its key, committed against the version in which the key was seen absent,
 so of two concurrent writers of one key exactly one commits and the other re-reads the winner.
+Every commit holds the table's commit lock on a local path (commit_lock.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import pyarrow.dataset as ds
 from deltalake import DeltaTable, Field, write_deltalake
 from deltalake.schema import PrimitiveType
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+
+from .commit_lock import commit_lock
 
 CONFLICT_RETRIES = 50
 
@@ -102,7 +105,8 @@ class RecordTable:
         if not missing:
             return table
         try:
-            table.alter.add_columns([Field(f.name, _delta_type(f.type), nullable=True) for f in missing])
+            with commit_lock(self.uri):
+                table.alter.add_columns([Field(f.name, _delta_type(f.type), nullable=True) for f in missing])
         except (CommitFailedError, DeltaError):  # another process added them first
             pass
         return DeltaTable(self.uri, storage_options=self.storage_options)
@@ -113,9 +117,8 @@ class RecordTable:
 
     def _create(self) -> DeltaTable:
         try:
-            return DeltaTable.create(
-                self.uri, self.schema, mode="ignore", storage_options=self.storage_options
-            )
+            with commit_lock(self.uri):
+                return DeltaTable.create(self.uri, self.schema, mode="ignore", storage_options=self.storage_options)
         except (CommitFailedError, DeltaError):
             table = self._open()  # a concurrent creator won the race to version 0
             if table is None:
@@ -165,13 +168,9 @@ class RecordTable:
                 for r in missing
             )
             try:
-                write_deltalake(
-                    table,
-                    pa.Table.from_pylist(missing, schema=self.schema),
-                    mode="overwrite",
-                    predicate=predicate,
-                    storage_options=self.storage_options,
-                )
+                with commit_lock(self.uri):
+                    write_deltalake(table, pa.Table.from_pylist(missing, schema=self.schema), mode="overwrite",
+                                    predicate=predicate, storage_options=self.storage_options)
             except CommitFailedError:
                 time.sleep(min(0.5, 0.01 * (attempt + 1)))
                 continue
