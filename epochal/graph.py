@@ -297,17 +297,10 @@ class Opaque(Node):
 
 def single_row(node: Node) -> bool:
     """Whether `node` has at most one row: a global aggregate (a scalar subquery's value), seen
-    through the projections and filters above it (a filter may drop the row; `one_row` may not)."""
+    through the projections and filters above it (a filter may drop the row)."""
     while isinstance(node, (Project, Filter)):
         node = node.input
     return isinstance(node, Aggregate) and not node.keys
-
-
-def one_row(node: Node) -> bool:
-    """Exactly one row, always: a global aggregate (with aggregates) under projections."""
-    while isinstance(node, Project):
-        node = node.input
-    return isinstance(node, Aggregate) and not node.keys and bool(node.aggs)
 
 
 def walk(root: Node) -> Iterator[Node]:

@@ -11,24 +11,10 @@ from hypothesis import given, settings
 from sqlglot import exp, parse_one
 
 from epochal import Engine
-from epochal.graph import (
-    AggCall,
-    Aggregate,
-    Filter,
-    Join,
-    OuterJoin,
-    Project,
-    Scan,
-    SemiJoin,
-    UnionAll,
-    Window,
-    col,
-    render,
-)
+from epochal.graph import AggCall, Aggregate, Filter, Join, OuterJoin, Project, Scan, UnionAll, Window, col, render
 from epochal.planning.compile import compile_definition
 from epochal.planning.optimize import PASSES, optimize, passes_named
 from epochal.planning.optimize.drop_passthrough import drop_passthrough
-from epochal.planning.optimize.filter_by_scalar import filter_by_scalar
 from epochal.planning.optimize.flatten_joins import flatten_joins
 from epochal.planning.optimize.fold_constants import fold_constants
 from epochal.planning.optimize.fuse import fuse_filters, fuse_projections
@@ -64,25 +50,6 @@ def test_drop_passthrough_removes_identity_projections_and_single_unions_only():
     assert drop_passthrough(renaming) is renaming
     reordering = Project(columns=("a_g", "a_k", "a_v"), input=A, exprs=(col("a_g"), col("a_k"), col("a_v")))
     assert drop_passthrough(reordering) is reordering
-
-
-def test_filter_by_scalar_makes_a_join_with_an_unread_one_row_input_a_semi_join():
-    average = Project(columns=("m",), input=Aggregate(columns=("avg",), input=B, aggs=(AggCall("avg", "avg", "b_k"),)),
-                      exprs=(col("avg"),))
-    joined = Join(columns=(*A.columns, "m"), parts=(A, average), condition=p("a_v > m"))
-    kept = filter_by_scalar(Project(columns=("a_k",), input=joined, exprs=(col("a_k"),)))
-    assert isinstance(kept.input, SemiJoin) and kept.input.left is A and kept.input.right is average
-    assert kept.input.columns == A.columns and kept.input.describe() == "semi on `a_v` > `m`"
-    reading = Project(columns=("a_k", "m"), input=joined, exprs=(col("a_k"), col("m")))
-    assert filter_by_scalar(reading) is reading  # the value is read above: a join it stays
-    grouped = Aggregate(columns=("b_name", "avg"), input=B, keys=("b_name",), aggs=(AggCall("avg", "avg", "b_k"),))
-    by_group = Project(columns=("a_k",), input=Join(columns=(*A.columns, *grouped.columns), parts=(A, grouped),
-                                                    condition=p("a_v > avg")), exprs=(col("a_k"),))
-    assert filter_by_scalar(by_group) is by_group  # not one row: a join it stays
-    three = Join(columns=(*A.columns, *B.columns, "m"), parts=(A, B, average), condition=p("a_k = b_k AND a_v > m"))
-    split = filter_by_scalar(Project(columns=("a_k",), input=three, exprs=(col("a_k"),))).input
-    assert isinstance(split, SemiJoin) and isinstance(split.left, Join) and split.left.parts == (A, B)
-    assert split.left.describe() == "2 inputs on `a_k` = `b_k`" and split.describe() == "semi on `a_v` > `m`"
 
 
 def test_fuse_filters_makes_one_conjunction():

@@ -108,42 +108,22 @@ def output_schema(node: Join, schemas: dict[int, StructType], start: int) -> Str
     return StructType([fields[c] for c in node.columns] + weight)
 
 
-# a semi-join on no keys (a scalar subquery's filter) pairs every left row with every right row
-CROSS_ROWS = 10_000_000
-
-
-def _crossed(left: pa.Table, right: pa.Table) -> pa.Table:
-    """Every left row beside every right row (the right's rows vary fastest)."""
-    left_index = np.repeat(np.arange(left.num_rows, dtype=np.int64), right.num_rows)
-    right_index = np.tile(np.arange(right.num_rows, dtype=np.int64), left.num_rows)
-    crossed = left.take(pa.array(left_index))
-    for name, column in zip(right.column_names, right.take(pa.array(right_index)).columns):
-        crossed = crossed.append_column(right.schema.field(name), column)
-    return crossed
-
-
 def semi_join_rows(left: pa.Table, right: pa.Table, left_schema: StructType, right_schema: StructType,
                    pairs, residual, anti: bool) -> pa.Table | None:
-    """LEFT SEMI (or ANTI) JOIN of `left` with `right` on `pairs` (left column = right column; no
-    pairs match every row with every row: a scalar subquery's filter) and the `residual`
-    predicate, in Arrow: each left row kept once (or dropped) by whether any right row matches
-    it, as Spark's; None where Arrow may not decide it as Spark does. Both tables have their
-    schema's Arrow types (spark_typed)."""
+    """LEFT SEMI (or ANTI) JOIN of `left` with `right` on `pairs` (left column = right column) and
+    the `residual` predicate, in Arrow: each left row kept once (or dropped) by whether any right
+    row matches it, as Spark's; None where Arrow may not decide it as Spark does. Both tables have
+    their schema's Arrow types (spark_typed)."""
     left_types = {f.name: f.dataType for f in left_schema.fields}
     right_types = {f.name: f.dataType for f in right_schema.fields}
-    if set(left.column_names) & set(right.column_names) or any(
+    if not pairs or set(left.column_names) & set(right.column_names) or any(
             left_types[a] != right_types[b] or not key_type(left_types[a]) for a, b in pairs):
-        return None
-    if not pairs and (residual is None or left.num_rows * right.num_rows > CROSS_ROWS):
         return None
     row = "__row"
     indexed = left.append_column(row, pa.array(range(left.num_rows), pa.int64()))
     try:
-        if pairs:
-            joined = indexed.join(right, keys=[a for a, _ in pairs], right_keys=[b for _, b in pairs],
-                                  join_type="inner", coalesce_keys=False, use_threads=True)
-        else:
-            joined = _crossed(indexed, right)
+        joined = indexed.join(right, keys=[a for a, _ in pairs], right_keys=[b for _, b in pairs],
+                              join_type="inner", coalesce_keys=False, use_threads=True)
         if residual is not None:
             joined = driver_filter(joined, residual)
             if joined is None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from ...graph import Node, render
 from .drop_passthrough import drop_passthrough
-from .filter_by_scalar import filter_by_scalar
 from .flatten_joins import flatten_joins
 from .fold_constants import fold_constants
 from .fuse import fuse_filters, fuse_projections
@@ -23,7 +22,6 @@ PASSES = (
     fuse_windows,
     drop_passthrough,
     prune_columns,
-    filter_by_scalar,
     restrict_cogenerators,
 )
 
