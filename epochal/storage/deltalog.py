@@ -133,7 +133,7 @@ class TableFiles:
         if self._fs.get_file_info(name).type == pafs.FileType.NotFound:
             return None
         with self._fs.open_input_stream(name) as stream:
-            lines = stream.read().decode("utf-8").splitlines()
+            lines = stream.read().decode("utf-8").split("\n")  # not splitlines(): U+0085, U+2028 may stand in a value
         info, metadata, added, removed, cdc = {}, None, [], [], []
         for line in lines:
             if not line.strip():
