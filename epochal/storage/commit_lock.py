@@ -27,7 +27,8 @@ import logging
 import os
 import threading
 from contextlib import contextmanager
-from urllib.parse import unquote, urlparse
+
+from .warehouse import is_local, local_path
 
 log = logging.getLogger(__name__)
 
@@ -38,12 +39,7 @@ def local_folder(path: str) -> str | None:
     """The folder of a table on a local path (no scheme, `file:/...` or `file:///...`), absolute
     and normalized; None for any other scheme."""
     path = str(path)
-    if path.startswith("file:"):
-        parsed = urlparse(path)
-        path = unquote(parsed.path)
-    elif "://" in path:
-        return None
-    return os.path.normpath(os.path.abspath(path))
+    return os.path.normpath(os.path.abspath(local_path(path))) if is_local(path) else None
 
 
 class _TableLock:

@@ -11,6 +11,7 @@ import hashlib
 import os
 import re
 from dataclasses import dataclass
+from urllib.parse import unquote, urlparse
 
 from ..errors import EpochalError
 
@@ -36,7 +37,9 @@ def is_local(uri: str) -> bool:
 
 
 def local_path(uri: str) -> str:
-    return uri[len("file://") :] if uri.startswith("file://") else uri
+    """The file-system path of a local URI: a plain path as it is, `file:/p` and `file:///p`
+    (percent-decoded, as Hadoop writes them) as `/p`."""
+    return unquote(urlparse(uri).path) if uri.startswith("file:") else uri
 
 
 def within(path: str, root: str | None) -> str:
