@@ -4,7 +4,8 @@ on the main thread under cProfile (wall-clock: a py4j call's time is Spark's, a 
 is delta-rs's). Prints each step's seconds and phases, then the engine functions by cumulative
 seconds over the profiled epochs (the first epoch is not profiled).
 
-    .venv/bin/python -m bench.step_profile 0.1 6 [--epochs 3] [--unprofiled 1] [--top 40] [--callers FUNCTION]
+    .venv/bin/python -m bench.step_profile 0.1 6 [--epochs 3] [--unprofiled 1] [--top 40] [--callers FUNCTION] [--by-self]
+        [--together]
         [--source-writer spark] [--cold]
 
 `--cold` empties the OS page cache before each profiled step (needs root), as a step meets it
@@ -39,6 +40,12 @@ def main(argv=None) -> None:
     parser.add_argument("--source-writer", choices=("delta-rs", "spark"), default="delta-rs",
                         help="who commits the change batches (the bench's --source-writer)")
     parser.add_argument("--cold", action="store_true", help="empty the OS page cache before each profiled step")
+    parser.add_argument("--together", action="store_true",
+                        help="one refresh of every named table per epoch (one at a time, sharing the refresh's "
+                             "reads as the benchmark's epochs do), not a refresh per table")
+    parser.add_argument("--by-self", action="store_true",
+                        help="also list every function (the libraries' too) by its own seconds: where Python "
+                             "holds the GIL, and the calls that leave it (py4j, delta-rs, Arrow)")
     arguments = parser.parse_args(argv)
     if arguments.epochs < 1:
         parser.error("--epochs must be at least 1 (the profiled epochs)")
@@ -61,26 +68,34 @@ def main(argv=None) -> None:
         generator.apply_batch(index, LOADED_AT + timedelta(hours=index - 1, minutes=30))
         until = LOADED_AT + timedelta(hours=index)
         profiled = index > arguments.unprofiled
-        for name in names:
+        for batch in [names] if arguments.together else [[name] for name in names]:
             if profiled and arguments.cold:
                 _empty_page_cache()
             if profiled:
                 profile.enable()
             began = time.perf_counter()
-            [report] = engine.refresh([name], until=until, upstream=False)
+            reports = engine.refresh(batch, until=until, upstream=False)
             wall = time.perf_counter() - began
             profile.disable()
-            cost = report.detail.get("cost", {})
-            print(f"epoch {index}{'' if profiled else ' (not profiled)'} {name}: {report.technique} {wall:.3f} s "
-                  f"(step {report.seconds:.3f} s) "
-                  f"phases {report.detail.get('phases')} jobs {cost.get('spark_jobs')} "
-                  f"commits {cost.get('delta_commits')}")
+            if arguments.together:
+                print(f"epoch {index}{'' if profiled else ' (not profiled)'}: {wall:.3f} s for {len(batch)} tables")
+            for report in reports:
+                cost = report.detail.get("cost", {})
+                print(f"epoch {index}{'' if profiled else ' (not profiled)'} {report.table}: {report.technique} "
+                      f"{'' if arguments.together else f'{wall:.3f} s '}(step {report.seconds:.3f} s) "
+                      f"phases {report.detail.get('phases')} jobs {cost.get('spark_jobs')} "
+                      f"commits {cost.get('delta_commits')}")
     stats = pstats.Stats(profile)
     engine_rows = [(func, row) for func, row in stats.stats.items() if "/epochal/" in func[0]]
     engine_rows.sort(key=lambda item: -item[1][3])
     print(f"\nengine functions by cumulative seconds over {arguments.epochs} epochs:")
     for (file, line, function), (calls, _, _, cumulative, _) in engine_rows[:arguments.top]:
         print(f"  {cumulative:7.3f} s {calls:6d}x  {file.split('/epochal/')[-1]}:{line} {function}")
+    if arguments.by_self:
+        rows = sorted(stats.stats.items(), key=lambda item: -item[1][2])
+        print(f"\nevery function by its own seconds over {arguments.epochs} epochs:")
+        for (file, line, function), (calls, _, own, cumulative, _) in rows[:arguments.top]:
+            print(f"  {own:7.3f} s {calls:7d}x  {'/'.join(file.split('/')[-2:])}:{line} {function}")
     if arguments.callers:
         print(f"\nengine lines calling {arguments.callers} (seconds under the call):")
         sites = {}

@@ -1,12 +1,17 @@
 """Local copies: each arrangement data file that keyed reads use, copied once to the driver's
-disk as an Arrow IPC file in batches of BATCH_ROWS rows, with every batch's key bounds (and
-rows: `certain_rows` refuses a read too large before it is made) beside it.
+disk as an Arrow IPC file (a few large record batches), with the key bounds of every
+block of BATCH_ROWS rows (and its rows: `certain_rows` refuses a read too large before it is made)
+beside it.
 
 A keyed read of Parquet decodes every row group that may hold one of its keys, each column chunk
 of it, at a fixed cost a chunk whatever its rows (so smaller row groups are no faster). Random
-keys touch a row group each, so that read grows with the table. An IPC batch is one positioned
-read and no decoding: the same keys read several times faster from batches of 256 rows
-(`python -m bench.arrangement_reads`; figures in bench/RESULTS.md). Like Databricks' disk cache,
+keys touch a row group each, so that read grows with the table. A copy is memory-mapped and not
+decoded: a read gathers the key values of the blocks whose bounds admit a key, and takes the rows
+that hold one (`python -m bench.arrangement_reads`; figures in bench/RESULTS.md). The blocks are
+ranges of rows, not record batches: random keys admit most blocks of a large file, and a batch
+each cost a call per block (`python -m bench.step_profile 1 $(seq 1 22) --together --by-self`
+showed those calls and the copying of every admitted row as the largest cost of a TPC-H epoch's
+steps). Like Databricks' disk cache,
 a copy is derived from an immutable file (a Delta data file is never rewritten, so its path names
 its contents): a missing copy is made again by the next read that needs it, a damaged one is
 deleted and its file read as Parquet, the copies are bounded by COPY_BYTES on disk, the least
@@ -40,7 +45,9 @@ from ..storage.warehouse import within
 
 log = logging.getLogger("epochal")
 
-BATCH_ROWS = 256  # rows per IPC batch: a random key reads about this many rows
+BATCH_ROWS = 256  # rows per block of bounds: a random key's read looks at about this many rows
+COPY_BATCH_ROWS = 1 << 20  # a copy's record batches: row groups (an arrangement's are small) joined up to this many rows
+FORMAT = "batches of row groups"  # in a copy's name: copies of an earlier layout are not read (prune drops them)
 COPY_BYTES = 32 << 30  # the copies' disk budget, per directory
 ABANDONED_SECONDS = 3_600  # a half-written copy this old was left by a process that died
 CACHED_BOUNDS = 4_096  # copies whose bounds are kept in memory (32 bytes a batch each)
@@ -59,6 +66,17 @@ def integers_and_nulls(column: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return values, missing
 
 
+def _rows_of_blocks(starts: np.ndarray, counts: np.ndarray, chosen: np.ndarray) -> np.ndarray:
+    """The row numbers (ascending int64) of the blocks `chosen` (a mask), block i holding
+    counts[i] rows from starts[i]."""
+    starts, counts = starts[chosen], counts[chosen]
+    total = int(counts.sum())
+    if not total:
+        return np.empty(0, np.int64)
+    shift = np.repeat(starts - (np.cumsum(counts) - counts), counts)
+    return np.arange(total, dtype=np.int64) + shift
+
+
 def _durable(path: str) -> None:
     """Flush `path`'s contents to disk before it is renamed into place: after a machine crash a
     copy is whole or absent, not a name over blocks never written."""
@@ -75,14 +93,15 @@ class LocalCopies:
 
     def __init__(self, directory: str, max_bytes: int = COPY_BYTES, batch_rows: int = BATCH_ROWS,
                  min_free_bytes: int = MIN_FREE_BYTES, retry_seconds: float = RETRY_SECONDS,
-                 warehouse: str | None = None):
+                 warehouse: str | None = None, copy_batch_rows: int = COPY_BATCH_ROWS):
         self.directory = directory
         self.warehouse = warehouse
         self.retry_seconds = retry_seconds
         self.max_bytes = max_bytes
         self.batch_rows = batch_rows
+        self.copy_batch_rows = copy_batch_rows
         self.min_free_bytes = min_free_bytes
-        self._bounds: collections.OrderedDict = collections.OrderedDict()  # copy -> (lows, highs, nulls)
+        self._bounds: collections.OrderedDict = collections.OrderedDict()  # copy -> (lows, highs, nulls, rows) per block
         self._making: dict[str, threading.Lock] = {}
         self._failed: dict[str, float] = {}  # copies that could not be made -> when (read as Parquet meanwhile)
         self._counts: collections.Counter = collections.Counter()  # since take_counts: made, failed, no_room
@@ -114,7 +133,7 @@ class LocalCopies:
 
     def _target(self, path: str, key: str) -> str:
         """The copy of the file at `path` (`<table>/<file>`)."""
-        named = f"{within(path, self.warehouse)}\0{key.lower()}\0{self.batch_rows}"
+        named = f"{within(path, self.warehouse)}\0{key.lower()}\0{self.batch_rows}\0{FORMAT}"
         digest = hashlib.sha1(named.encode()).hexdigest()
         return os.path.join(self._folder(path.rsplit("/", 1)[0]), f"{digest}.arrow")
 
@@ -175,6 +194,13 @@ class LocalCopies:
                 schema = parquet.schema_arrow
                 field = {n.lower(): i for i, n in enumerate(schema.names)}[key.lower()]
                 lows, highs, nulls, counts = [], [], [], []
+                pending: list[pa.Table] = []
+
+                def write_pending() -> None:
+                    for batch in pa.concat_tables(pending).combine_chunks().to_batches():
+                        writer.write_batch(batch)
+                    pending.clear()
+
                 with pa.OSFile(temporary + ".arrow.tmp", "wb") as sink, ipc.new_file(sink, schema) as writer:
                     for group in range(parquet.num_row_groups):
                         rows = parquet.read_row_group(group)
@@ -186,8 +212,11 @@ class LocalCopies:
                         highs.append(np.maximum.reduceat(np.where(missing, _INT64.min, values), starts))
                         nulls.append(np.add.reduceat(missing.astype(np.int64), starts))
                         counts.append(np.diff(np.append(starts, rows.num_rows)))
-                        for batch in rows.combine_chunks().to_batches(max_chunksize=self.batch_rows):
-                            writer.write_batch(batch)
+                        pending.append(rows)
+                        if sum(t.num_rows for t in pending) >= self.copy_batch_rows:
+                            write_pending()
+                    if pending:
+                        write_pending()
             bounds = np.stack([np.concatenate(part).astype(np.int64) if part else np.empty(0, np.int64)
                                for part in (lows, highs, nulls, counts)])
             with open(temporary + ".npy.tmp", "wb") as out:
@@ -203,29 +232,49 @@ class LocalCopies:
                     os.remove(leftover)
 
     def rows(self, path: str, fragment, key: str, keys: np.ndarray, nulls: bool, columns: list[str]) -> pa.Table | None:
-        """The rows of the file's batches that may hold one of `keys` (sorted int64, dates as
-        days) or a NULL (with `nulls`), with `columns` (unfiltered: the caller filters the rows
-        of every file at once); None when there is no usable copy (read the file as Parquet)."""
+        """The file's rows whose `key` is one of `keys` (sorted int64, dates as days) or NULL (with
+        `nulls`), with `columns`; None when there is no usable copy (read the file as Parquet).
+        Only the blocks whose bounds admit a key are looked at, and only the rows holding one are
+        copied out of the memory-mapped file (the caller still filters by its values, as it does
+        Parquet's rows)."""
         target = self.make(path, fragment, key)
         if target is None:
             return None
         try:
-            lows, highs, null_counts = self._bounds_of(target)[:3]
+            bounds = self._bounds_of(target)
+            if bounds.shape[0] < 4:
+                raise ValueError(f"bounds of {bounds.shape[0]} rows, no block sizes")
+            lows, highs, null_counts, counts = bounds
             admitted = np.zeros(len(lows), dtype=bool)
             if len(keys):
                 at = np.searchsorted(keys, lows, side="left")
                 admitted = (at < len(keys)) & (keys[np.minimum(at, len(keys) - 1)] <= highs)
             if nulls:
                 admitted |= null_counts > 0
-            with pa.OSFile(target) as source:
+            looked_at = _rows_of_blocks(np.cumsum(counts) - counts, counts, admitted)
+            with pa.memory_map(target) as source:
                 reader = ipc.open_file(source)
-                if reader.num_record_batches != len(lows):
-                    raise ValueError(f"{reader.num_record_batches} batches against {len(lows)} bounds")
                 names = {n.lower(): n for n in reader.schema.names}
-                batches = [reader.get_batch(int(i)) for i in np.flatnonzero(admitted)]
-                rows = pa.Table.from_batches(batches, schema=reader.schema)
+                selected = [names[c.lower()] for c in columns]
+                parts, offset = [], 0
+                for index in range(reader.num_record_batches):
+                    batch = reader.get_batch(index)
+                    lo, hi = np.searchsorted(looked_at, [offset, offset + batch.num_rows])
+                    if hi > lo:
+                        at_rows = looked_at[lo:hi] - offset
+                        values, missing = integers_and_nulls(batch.column(names[key.lower()]).take(at_rows))
+                        kept = np.zeros(len(values), dtype=bool)
+                        if len(keys):
+                            kept = (keys[np.minimum(np.searchsorted(keys, values), len(keys) - 1)] == values) & ~missing
+                        if nulls:
+                            kept |= missing
+                        parts.append(batch.select(selected).take(at_rows[kept]))
+                    offset += batch.num_rows
+                if offset != int(counts.sum()):
+                    raise ValueError(f"{offset} rows against {int(counts.sum())} in the bounds' blocks")
+                found = pa.Table.from_batches(parts, pa.schema([reader.schema.field(n) for n in selected])).combine_chunks()
             os.utime(target)
-            return rows.select([names[c.lower()] for c in columns]).combine_chunks()
+            return found
         except (OSError, ValueError, KeyError, pa.ArrowException) as error:
             log.warning("local copy %s of %s not read (%s: %s); the file is read as Parquet",
                         target, path, type(error).__name__, error)
@@ -256,7 +305,7 @@ class LocalCopies:
                 self._bounds.move_to_end(target)
                 return found
         bounds = np.load(target + ".bounds.npy", allow_pickle=False)
-        if bounds.ndim != 2 or bounds.shape[0] not in (3, 4) or bounds.dtype != np.int64:
+        if bounds.ndim != 2 or bounds.shape[0] != 4 or bounds.dtype != np.int64:
             raise ValueError(f"bounds of shape {bounds.shape} and type {bounds.dtype}")
         with self._guard:
             self._bounds[target] = bounds
