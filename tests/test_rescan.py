@@ -15,7 +15,7 @@ from delta.tables import DeltaTable
 
 from epochal import Engine, reasons
 from epochal.errors import EpochError, StrictModeError
-from epochal.protocol import rescan
+from epochal.protocol import cost, rescan
 from tests.support import SyntheticSource, assert_matches_recompute
 
 SCHEMA = "k int, g string, v int, w string"
@@ -210,10 +210,12 @@ def test_cost_rescans_a_sixty_percent_change(spark, warehouse):
 
 @pytest.mark.long  # many measured epochs; make test-long
 def test_cost_model_rescans_a_change_its_history_says_is_cheaper_to_recompute(spark, warehouse):
-    """The model's history: the first run (a rescan) and one incremental step of one change row.
-    A change of 400 rows is then estimated at 400x that step's seconds, far above the rescan: the
-    step rescans for COST with both estimates, stays exact, and the table reading it stays
-    incremental. The same change under a strict table, or with the model off, stays incremental."""
+    """The model's history: the first run (a rescan) and one incremental step of one updated row
+    (two change rows read: its old and new values). 400 inserted rows, as the commit's metrics log
+    them, are then expected to bring 800 change rows (that step's share), estimated at 800x its
+    seconds, far above the rescan even before they are read: the step rescans for COST unread,
+    with both estimates, stays exact, and the table reading it stays incremental. The same change
+    under a strict table, or with the model off, stays incremental."""
     root = f"{warehouse}/{uuid.uuid4().hex[:8]}"
     a = SyntheticSource(spark, f"{root}/sources/a", SCHEMA, ROWS)
     engine = build(spark, root, cost_model=True)
@@ -223,26 +225,54 @@ def test_cost_model_rescans_a_change_its_history_says_is_cheaper_to_recompute(sp
     first = refreshed(engine)
     assert first["t"].technique == "incremental", first["t"].reason
     a.insert([(1000 + i, "xyz"[i % 3], i, "w") for i in range(400)])
+    assert first["t"].rows_read == 2 and engine.table("t").ledger.last_committed().detail["logged_rows"] == 1
     reports = refreshed(engine)
-    assert_rescan(reports, "COST", "400 change rows", "one is tried")
+    assert_rescan(reports, "COST", "not read", "logged 400 changed rows", "800 change rows", "one is tried")
     estimate = reports["t"].detail["estimate"]
-    assert estimate["rows"] == 400 and estimate["incremental"] > 1.25 * estimate["rescan"], estimate
+    assert (estimate["rows"], estimate["logged_rows"], estimate["unread"]) == (800, 400, True), estimate
+    assert estimate["incremental"] > cost.EARLY * estimate["rescan"], estimate
     steps = engine.table("t").ledger.steps()
     assert [s.status for s in steps if s.epoch == steps[-1].epoch] == ["started", "abandoned", "started", "committed"]
     # the first rescan for COST rests on the first run only: it is tried, and keeps the state
     assert "state" not in steps[-1].detail and steps[-1].state_versions, steps[-1].detail
     a.insert([(2000 + i, "xyz"[i % 3], i, "w") for i in range(400)])
     again = refreshed(engine)
-    assert_rescan(again, "COST", "400 change rows", "rescanning")
+    assert_rescan(again, "COST", "logged 400 changed rows", "rescanning")
     # measured now: a rescan for COST writes the output only, the state is not kept ...
     last = engine.table("t").ledger.last_committed()
     assert (last.detail["state"], last.state_versions) == (reasons.STATE_NOT_KEPT, {})
     a.insert([(3000 + i, "xyz"[i % 3], i, "w") for i in range(400)])
-    assert_rescan(refreshed(engine), "COST", "400 change rows")  # ... and the next large change is weighed without it
+    assert_rescan(refreshed(engine), "COST", "logged 400 changed rows")  # ... and the next large change is weighed without it
     # ... until a step is to run incrementally (here: the model is off), which rebuilds the state first
     engine.cost_model = False
     a.update("k = 2", {"v": "v + 1"})
     assert_rescan(refreshed(engine), "STATE_MISSING", reasons.NOT_KEPT)
+
+
+@pytest.mark.long  # measured epochs, as the test above
+def test_a_large_change_its_steps_found_consolidating_away_is_read_not_rescanned_unread(spark, warehouse):
+    """Updates of a column the table does not read (w) consolidate away: a step that read one
+    records a share of 0 of its logged rows. After two of them and one update of v (share 2), an
+    update of every row's w (400 rows logged) is expected to bring none, where at v's share it
+    would be estimated far above a rescan: the step reads it (no rescan unread) and, it
+    consolidating away, stays incremental."""
+    root = f"{warehouse}/{uuid.uuid4().hex[:8]}"
+    a = SyntheticSource(spark, f"{root}/sources/a", SCHEMA, [(i, "xyz"[i % 3], i, f"w{i}") for i in range(400)])
+    engine = build(spark, root, cost_model=True)
+    engine.refresh()
+    a.update("k = 1", {"v": "v + 1"})
+    refreshed(engine)
+    for key in (2, 3):
+        a.update(f"k = {key}", {"w": "'changed'"})
+        unread = refreshed(engine)["t"]
+        assert (unread.technique, unread.rows_read) == ("incremental", 0), unread
+    history = engine.table("t").ledger.committed()
+    assert [s.detail.get("logged_rows") for s in history[1:]] == [1, 1, 1]
+    assert cost.expected_rows(history, 400) == 0
+    assert cost.favours_rescan_unread(cost.estimate(history, 800))  # had the share been v's
+    a.update("true", {"w": "concat(w, '!')"})
+    reports = refreshed(engine)
+    assert (reports["t"].technique, reports["t"].rows_read) == ("incremental", 0), reports["t"]
     last = engine.table("t").ledger.last_committed()
     assert "state" not in last.detail and last.state_versions
     a.update("k = 3", {"v": "v + 1"})

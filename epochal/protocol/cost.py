@@ -26,7 +26,19 @@ Estimates, each a median so that one step slowed by a busy machine does not deci
   alone, a table whose incremental step was as cheap as its first run's output (TPC-H Q11 at
   scale 1) was tried, and the try cost three times the step.
 A rescan is chosen when the incremental estimate exceeds the rescan's by MARGIN, so noise does not
-make a table flap between techniques. After EXPLORE_AFTER rescans for cost in a row, one step runs
+make a table flap between techniques.
+
+Before reading: a large change costs its step a read of the change batches (Spark's, past
+`driver_rows`) that a rescan then does not use; at a tenth of TPC-H's orders changed, that read
+was a third of each rescan for cost (`python -m bench.cost_rescans 1`). So the step first weighs
+the rows its inputs' commits logged (their metrics: rows inserted, updated and deleted, `logged`),
+times the share of logged rows that reached the plan in its recent incremental steps
+(`expected_rows`: updates of columns a table does not read, and rows its filters drop, do not). A
+rescan is chosen then, unread, only when the incremental estimate exceeds the rescan's by EARLY,
+far past MARGIN, for the share is the past's; anything closer is weighed again once the change
+is read. A table whose large changes stop reaching its plan (they update a column it does not
+read, say) rescans for cost on its past share until EXPLORE_AFTER of them, then reads the change
+once more (the exploring step), which measures the share anew. After EXPLORE_AFTER rescans for cost in a row, one step runs
 incrementally again, so the incremental estimate follows the table as it changes (a rescan for
 cost keeps no state, so that step first rebuilds it, and the step after it is the one measured).
 """
@@ -41,6 +53,7 @@ from ..reasons import COST, NOT_KEPT, STATE_MISSING
 INCREMENTAL_SEEN = 5
 RESCAN_SEEN = 3
 MARGIN = 1.25
+EARLY = 4.0
 EXPLORE_AFTER = 4
 FIRST_RUN_OVERSTATES = 1.4
 
@@ -104,6 +117,23 @@ def estimate(history: list, rows: int) -> Estimate | None:
     scaled = [s.seconds * max(1.0, rows / s.rows_read) for s in incremental]
     rescan = statistics.median(_rescan_seconds(s, keeps_state=not for_cost) for s in rescans)
     return Estimate(statistics.median(scaled), rescan, len(incremental), len(rescans), rows, bool(for_cost))
+
+
+def expected_rows(history: list, logged: int) -> int | None:
+    """The change rows a step whose inputs' commits logged `logged` rows is expected to read:
+    `logged` times the median share that reached the plan (rows read over rows logged) in the
+    last INCREMENTAL_SEEN incremental steps that recorded both (a change that consolidated away
+    counts, at a share of 0); None before any did."""
+    shares = [s.rows_read / s.detail["logged_rows"] for s in history
+              if s.technique == "incremental" and (s.detail or {}).get("logged_rows")
+              and "phases" in s.detail][-INCREMENTAL_SEEN:]
+    return round(logged * statistics.median(shares)) if shares else None
+
+
+def favours_rescan_unread(estimate: Estimate | None) -> bool:
+    """Whether `estimate`, made on the expected rows before the change is read, is far enough past
+    MARGIN (EARLY) to rescan without reading it."""
+    return estimate is not None and estimate.incremental > EARLY * estimate.rescan
 
 
 def _rescan_seconds(step, keeps_state: bool) -> float:

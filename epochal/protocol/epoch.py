@@ -36,7 +36,7 @@ from ..changes import InputRange
 from ..errors import EpochalError, EpochError, StateInconsistent, StrictModeError
 from ..keyed.state import StateMissing, StateStore
 from ..metrics import Meter, metered
-from ..storage.deltalog import DeltaLog
+from ..storage.deltalog import DeltaLog, changed_rows
 from ..storage.ledger import ABANDONED, COMMITTED, INCREMENTAL, NOOP, RESCAN, STARTED, Step
 from ..storage.reclock import Epoch
 from . import cost, rescan
@@ -377,6 +377,7 @@ def _compute_and_write_metered(env: Environment, table, step: Step, began: float
     change = rows = None
     try:
         if step.technique == INCREMENTAL:
+            _weigh_unread(env, table, step, history, inputs)
             rows_read = ctx.read_changes()
             phases.mark("read changes")
             faults.point("after_read_changes", table.name)
@@ -428,6 +429,31 @@ def _compute_and_write_metered(env: Environment, table, step: Step, began: float
 
 def _keeps_state(step: Step) -> bool:
     return (step.detail or {}).get("state") != reasons.STATE_NOT_KEPT
+
+
+def _weigh_unread(env: Environment, table, step: Step, history: list[Step], inputs: dict[str, InputRange]) -> None:
+    """The cost model before the step reads its change batches (cost.py, "Before reading"): the
+    rows its inputs' commits logged go into the step's detail (later steps' shares), and a rescan
+    the rows expected of them make far cheaper is raised as `reasons.Costly` unread."""
+    if not env.cost_model or table.strict:
+        return
+    logged = 0
+    for rng in inputs.values():
+        if rng.changed and rng.before >= 0:
+            rows = changed_rows(rng.path, rng.before, rng.after, env.storage_options)
+            if rows is None:  # a commit without metrics: weighed once read
+                return
+            logged += rows
+    step.detail["logged_rows"] = logged
+    expected = cost.expected_rows(history, logged)
+    estimate = cost.estimate(history, expected) if expected is not None else None
+    if cost.favours_rescan_unread(estimate):
+        raise reasons.Costly(
+            reasons.Trigger(reasons.COST, f"not read: the inputs' commits logged {logged} changed rows, {expected} "
+                                          f"expected to reach the plan (the share of its recent steps); "
+                                          + estimate.describe()),
+            {"estimate": {**estimate.as_dict(), "logged_rows": logged, "unread": True}},
+            keep_state=estimate.tries_rescan)
 
 
 def _weigh(env: Environment, table, step: Step, history: list[Step], rows_read: int) -> None:
