@@ -3,8 +3,10 @@ estimated from the table's own ledger (the seconds of its past steps of each kin
 rows they processed) and the change rows this step read.
 
 The decision is taken after the step has read its change batches (`Context.read_changes`, shared
-by the epoch's steps and cheap): a change that consolidates away never asks, and the change rows
-that reach the plan are known rather than guessed from commit metrics. A rescan chosen here has
+by the epoch's steps and cheap for a small change): a change that consolidates away never asks,
+and the change rows that reach the plan are known rather than guessed from commit metrics. Only a
+change large enough for a rescan to win by far is decided before it is read ("Before reading",
+below). A rescan chosen here has
 the reason COST with both estimates. Strict tables never rescan for cost; `Engine(cost_model=False)`
 turns the model off.
 
@@ -26,7 +28,9 @@ Estimates, each a median so that one step slowed by a busy machine does not deci
   alone, a table whose incremental step was as cheap as its first run's output (TPC-H Q11 at
   scale 1) was tried, and the try cost three times the step.
 A rescan is chosen when the incremental estimate exceeds the rescan's by MARGIN, so noise does not
-make a table flap between techniques.
+make a table flap between techniques. After EXPLORE_AFTER rescans for cost in a row, one step runs
+incrementally again, so the incremental estimate follows the table as it changes (a rescan for
+cost keeps no state, so that step first rebuilds it, and the step after it is the one measured).
 
 Before reading: a large change costs its step a read of the change batches (Spark's, past
 `driver_rows`) that a rescan then does not use; at a tenth of TPC-H's orders changed, that read
@@ -38,9 +42,7 @@ rescan is chosen then, unread, only when the incremental estimate exceeds the re
 far past MARGIN, for the share is the past's; anything closer is weighed again once the change
 is read. A table whose large changes stop reaching its plan (they update a column it does not
 read, say) rescans for cost on its past share until EXPLORE_AFTER of them, then reads the change
-once more (the exploring step), which measures the share anew. After EXPLORE_AFTER rescans for cost in a row, one step runs
-incrementally again, so the incremental estimate follows the table as it changes (a rescan for
-cost keeps no state, so that step first rebuilds it, and the step after it is the one measured).
+once more (the exploring step), which measures the share anew.
 """
 
 from __future__ import annotations
