@@ -16,23 +16,23 @@ from ..keyed.arrangements import Arrangements
 from ..keyed.keyed_files import KeyedFiles
 from ..keyed.shared_reads import SharedReads
 from ..keyed.upkeep import Upkeep
-from ..reasons import Trigger
 from ..storage.reclock import Remap
 
 
 class Triggers:
-    """The engine's rescan settings, and a short-lived memo of input checks: several tables read
-    one source over the same range in one epoch, and a range's log does not change (a VACUUM adds
-    a commit, so the latest version is part of the key)."""
+    """The engine's rescan settings, and a short-lived memo of input checks (and of the rows a
+    range's commits logged, for the cost model): several tables read one source over the same
+    range in one epoch, and a range's log does not change (a VACUUM adds a commit, so the latest
+    version is part of a check's key)."""
 
     def __init__(self, rescan_fraction: float | None = None):
         if rescan_fraction is not None and not 0 < rescan_fraction:
             raise ValueError(f"rescan_fraction must be positive (a fraction of the input rows), not {rescan_fraction!r}")
         self.rescan_fraction = rescan_fraction
-        self._memo: dict[tuple, Trigger | None] = {}
+        self._memo: dict[tuple, object] = {}
         self._lock = threading.Lock()
 
-    def remembered(self, key: tuple, compute) -> Trigger | None:
+    def remembered(self, key: tuple, compute):
         with self._lock:
             if key in self._memo:
                 return self._memo[key]

@@ -440,7 +440,8 @@ def _weigh_unread(env: Environment, table, step: Step, history: list[Step], inpu
     logged = 0
     for rng in inputs.values():
         if rng.changed and rng.before >= 0:
-            rows = changed_rows(rng.path, rng.before, rng.after, env.storage_options)
+            rows = env.triggers.remembered(("logged rows", rng.path, rng.before, rng.after),
+                                           partial(changed_rows, rng.path, rng.before, rng.after, env.storage_options))
             if rows is None:  # a commit without metrics: weighed once read
                 return
             logged += rows
