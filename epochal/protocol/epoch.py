@@ -36,7 +36,7 @@ from ..changes import InputRange
 from ..errors import EpochalError, EpochError, StateInconsistent, StrictModeError
 from ..keyed.state import StateMissing, StateStore
 from ..metrics import Meter, metered
-from ..storage.deltalog import DeltaLog, changed_rows
+from ..storage.deltalog import DeltaLog
 from ..storage.ledger import ABANDONED, COMMITTED, INCREMENTAL, NOOP, RESCAN, STARTED, Step
 from ..storage.reclock import Epoch
 from . import cost, rescan
@@ -437,14 +437,9 @@ def _weigh_unread(env: Environment, table, step: Step, history: list[Step], inpu
     the rows expected of them make far cheaper is raised as `reasons.Costly` unread."""
     if not env.cost_model or table.strict:
         return
-    logged = 0
-    for rng in inputs.values():
-        if rng.changed and rng.before >= 0:
-            rows = env.triggers.remembered(("logged rows", rng.path, rng.before, rng.after),
-                                           partial(changed_rows, rng.path, rng.before, rng.after, env.storage_options))
-            if rows is None:  # a commit without metrics: weighed once read
-                return
-            logged += rows
+    logged = rescan.logged_rows(env, inputs)
+    if logged is None:  # a commit without metrics: weighed once read
+        return
     step.detail["logged_rows"] = logged
     expected = cost.expected_rows(history, logged)
     estimate = cost.estimate(history, expected) if expected is not None else None

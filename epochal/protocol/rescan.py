@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from functools import partial
 
 from deltalake.exceptions import DeltaError
 
@@ -273,19 +274,29 @@ def state_trigger(env: Environment, table, last) -> Trigger | None:
     return None
 
 
+def logged_rows(env: Environment, inputs) -> int | None:
+    """The rows the commits of the inputs' changed ranges inserted, updated or deleted, by their
+    metrics (remembered for the refresh: several tables read one range); None when a commit has
+    none to tell."""
+    logged = 0
+    for rng in inputs.values():
+        if rng.changed and rng.before >= 0:
+            rows = env.triggers.remembered(("logged rows", rng.path, rng.before, rng.after),
+                                           partial(changed_rows, rng.path, rng.before, rng.after, env.storage_options))
+            if rows is None:
+                return None
+            logged += rows
+    return logged
+
+
 def cost_trigger(env: Environment, fraction: float, inputs) -> Trigger | None:
     """COST when the rows the epoch changed across the inputs exceed `fraction` of the rows the
     inputs hold at its end: the incremental terms read at least the changes (and their partners),
     a recompute reads every input once."""
-    changed = rows = 0
-    for rng in inputs.values():
-        if rng.after >= 0:
-            rows += table_at(rng.path, rng.after, env.storage_options).count()
-        if rng.changed and rng.before >= 0:
-            count = changed_rows(rng.path, rng.before, rng.after, env.storage_options)
-            if count is None:
-                return None  # cannot tell: stay incremental
-            changed += count
+    changed = logged_rows(env, inputs)
+    if changed is None:
+        return None  # cannot tell: stay incremental
+    rows = sum(table_at(rng.path, rng.after, env.storage_options).count() for rng in inputs.values() if rng.after >= 0)
     if changed and changed > fraction * rows:
         share = f"{changed / rows:.0%}" if rows else "all"
         return Trigger(COST, f"{changed} of the inputs' {rows} rows changed ({share}), more than "
