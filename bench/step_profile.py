@@ -46,6 +46,9 @@ def main(argv=None) -> None:
     parser.add_argument("--by-self", action="store_true",
                         help="also list every function (the libraries' too) by its own seconds: where Python "
                              "holds the GIL, and the calls that leave it (py4j, delta-rs, Arrow)")
+    parser.add_argument("--dump", default=None,
+                        help="also write the profile here (pstats format), to ask afterwards who calls what: "
+                             "python -c \"import pstats; pstats.Stats('FILE').print_callers('open')\"")
     arguments = parser.parse_args(argv)
     if arguments.epochs < 1:
         parser.error("--epochs must be at least 1 (the profiled epochs)")
@@ -86,6 +89,8 @@ def main(argv=None) -> None:
                       f"phases {report.detail.get('phases')} jobs {cost.get('spark_jobs')} "
                       f"commits {cost.get('delta_commits')}")
     stats = pstats.Stats(profile)
+    if arguments.dump:
+        stats.dump_stats(arguments.dump)
     engine_rows = [(func, row) for func, row in stats.stats.items() if "/epochal/" in func[0]]
     engine_rows.sort(key=lambda item: -item[1][3])
     print(f"\nengine functions by cumulative seconds over {arguments.epochs} epochs:")

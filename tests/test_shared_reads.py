@@ -181,6 +181,25 @@ def test_keys_whose_subset_was_refused_are_not_read_again(spark, changed_table):
     assert made[-1] == (1,) and single is not None and set(single.column("k").to_pylist()) == {1}
 
 
+def test_a_read_of_keys_partly_held_reads_only_the_keys_not_held(spark, changed_table):
+    """Each step of a refresh asks for its own keys: the keys an earlier read holds are filtered
+    from its rows, and only the others are read (an arrangement's read costs per key)."""
+    path = changed_table
+    schema = spark.read.format("delta").load(path).schema
+    reads = SharedReads(None, driver_rows=1, key_rows=1_000, columns={path: {"k", "g"}}, held_bytes=0)
+    made = []
+    timed_read = reads._read_for_keys
+    reads._read_for_keys = lambda *arguments: made.append((arguments[3], arguments[4])) or timed_read(*arguments)
+    version = spark.read.format("delta").option("versionAsOf", 3)
+    for keys, nulls, read in (((1, 2), False, ((1, 2), False)), ((2, 5), False, ((5,), False)),
+                              ((1, 5), False, None), ((5,), True, ((), True)), ((1, 2, 5), True, None)):
+        before = len(made)
+        found = reads.keys_frame(spark, path, 3, schema, "k", keys, nulls)
+        assert made[before:] == ([read] if read is not None else [])
+        wanted = F.col("k").isin(list(keys)) | (F.col("k").isNull() if nulls else F.lit(False))
+        assert as_multiset(found.select("k", "g")) == as_multiset(version.load(path).filter(wanted).select("k", "g"))
+
+
 @pytest.fixture(scope="module")
 def clustered_table(spark, warehouse) -> str:
     """Files of disjoint key ranges, as a range-partitioned load leaves them (NULL keys in the
@@ -208,6 +227,7 @@ def test_files_whose_statistics_miss_every_key_are_not_read(clustered_table):
     days = pa.array([date(2020, 1, 1) + timedelta(days=75)], pa.date32())
     assert len(list(files_holding(table, dataset, "day", days, False).get_fragments())) == 2  # NULL keys' file too
     assert len(list(files_holding(table, dataset, "k", pa.array([75], pa.int32()), True).get_fragments())) == 2
+    assert len(list(files_holding(table, dataset, "k", pa.array([], pa.int32()), True).get_fragments())) == 1
     assert files_holding(table, dataset, "g", pa.array(["g1"]), False) is dataset  # strings: truncated statistics
 
 
@@ -267,6 +287,8 @@ def test_row_groups_whose_statistics_miss_every_key_are_not_read(row_grouped_tab
     assert len(one_key) == 1 < groups
     (with_nulls,) = read("k", pa.array([50], pa.int32()), True)
     assert len(with_nulls) == 2  # the NULL keys' row group too
+    (only_nulls,) = read("k", pa.array([], pa.int32()), True)
+    assert len(only_nulls) == 1  # NULLs alone: their row group
     assert read("k", pa.array([51], pa.int32()), False) == [[g for g in one_key]]  # in range, absent: still read
     assert read("k", pa.array([1000], pa.int32()), False) == []
 

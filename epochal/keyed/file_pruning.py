@@ -107,8 +107,10 @@ def row_groups_holding(fragment, column: str, keys: np.ndarray, nulls: bool, siz
     if found is None:
         return fragment
     fragment, lows, highs, may_null = found
-    at = np.searchsorted(keys, lows, side="left")
-    admitted = (at < len(keys)) & (keys[np.minimum(at, len(keys) - 1)] <= highs)
+    admitted = np.zeros(len(lows), dtype=bool)
+    if len(keys):
+        at = np.searchsorted(keys, lows, side="left")
+        admitted = (at < len(keys)) & (keys[np.minimum(at, len(keys) - 1)] <= highs)
     if nulls:
         admitted |= may_null
     chosen = np.flatnonzero(admitted)
@@ -128,8 +130,8 @@ def files_holding(table, dataset, column: str, values: pa.Array, nulls: bool, ro
     keys in about (keys x row group) rows, at any size, several times faster than with `isin`
     alone (`python -m bench.keyed_reads` measures both).
     Only for integers and dates, whose statistics are exact (a string's are truncated); a file
-    or row group without statistics is kept."""
-    if key_kind(values.type) not in ("integer", "date") or not len(values):
+    or row group without statistics is kept. No values and `nulls`: the files holding a NULL."""
+    if key_kind(values.type) not in ("integer", "date") or not (len(values) or nulls):
         return dataset
     actions = table.get_add_actions(flatten=True)
     low, high, null_count = (f"min.{column}", f"max.{column}", f"null_count.{column}")

@@ -264,7 +264,7 @@ class SharedReads:
     def _arrangement_rows(self, path: str, version: int, field: str, keys: tuple, nulls: bool) -> pa.Table | None:
         """`_scan_for_keys`'s rows read from the input's arrangement by `field` (arrangements.py), or
         None where none serves this version and these columns."""
-        if self.arrangements is None or path not in self.columns or not keys:
+        if self.arrangements is None or path not in self.columns or not (keys or nulls):
             return None
         try:
             table = DeltaTable(path, version=version, storage_options=self.storage_options)
@@ -296,10 +296,12 @@ class SharedReads:
         return self.arrangements.serving(path, field, version, wanted) is not None
 
     def _covering(self, path: str, version: int, field: str, keys: tuple, nulls: bool) -> pa.Table | None:
-        """The rows of `keys` out of the rows read so far for (path, version, field). A scan costs
-        the same for any number of keys (random keys touch every file), so a read for keys not yet
-        held reads the union of every key set asked for, and the steps asking next for a subset
-        (other tables, other terms) filter the held rows instead of scanning again."""
+        """The rows of `keys` out of the rows read so far for (path, version, field). A read for
+        keys not yet held reads only those (an arrangement's read costs per key; a scan costs the
+        same for any number of keys), adds their rows to the held ones, and the steps asking next
+        for a subset (other tables, other terms) filter the held rows instead of reading again.
+        Reading the union of every key set asked so far instead made each step of a refresh read
+        again what the steps before it had read: TPC-H's lineitem by order key, 18 reads a refresh."""
         whole = self.snapshot_rows(path, version)
         if whole is not None:  # a small version is held whole: its rows of these keys
             return self._held_rows_of_keys(whole, path, field, keys, nulls)
@@ -315,10 +317,10 @@ class SharedReads:
         with lock:
             held = self._reads.get(slot)  # (values, nulls, rows)
             if held is None or not (wanted <= held[0] and (held[1] or not nulls)):
-                union = wanted | held[0] if held else wanted
-                union_nulls = nulls or bool(held and held[1])
+                missing = wanted - held[0] if held else wanted
+                missing_nulls = nulls and not (held and held[1])
                 try:
-                    ordered = tuple(sorted(union))
+                    ordered = tuple(sorted(missing))
                 except TypeError:  # values of unlike types: read these keys alone
                     ordered = None
                 if (path, version) in self._scanned and held is not None and not self.is_arranged(path, field, version):
@@ -326,23 +328,40 @@ class SharedReads:
                                           keys, nulls)
                     if found is not None:
                         return self._bounded(found)
-                data = self._read_for_keys(path, version, field, ordered, union_nulls) if ordered is not None else None
+                data = self._read_for_keys(path, version, field, ordered, missing_nulls) if ordered is not None else None
                 self._scanned.add((path, version))
-                if data is None:  # the union is too many rows (or unlike): these keys alone, not held
-                    if ordered is not None:
-                        self._refuse(slot[1:], union, union_nulls)
-                    if held is None and ordered is not None:
-                        return None  # these keys were the union
-                    alone = self._read_for_keys(path, version, field, keys, nulls)
-                    if alone is None:
-                        self._refuse(slot[1:], wanted, nulls)
-                    return alone
-                held = self._reads[slot] = (union, union_nulls, data)
+                if data is None:
+                    if ordered is None:  # unlike values: these keys alone, not held
+                        alone = self._read_for_keys(path, version, field, keys, nulls)
+                        if alone is None:
+                            self._refuse(slot[1:], wanted, nulls)
+                        return alone
+                    self._refuse(slot[1:], missing, missing_nulls)
+                    return None  # the missing keys' rows alone are too many, so are the wanted keys'
+                merged = self._merged(held[2], data) if held is not None else data
+                if merged is None or merged.num_rows > self.key_rows:  # not held: these keys' rows
+                    parts = [data] if held is None else [self._rows_of_keys(held[2], field, keys, nulls), data]
+                    found = self._merged(*parts) if len(parts) > 1 else parts[0]
+                    return self._bounded(found) if found is not None else \
+                        self._read_for_keys(path, version, field, keys, nulls)
+                held = self._reads[slot] = (held[0] | missing if held else missing,
+                                            bool(missing_nulls or (held and held[1])), merged)
             data = held[2]
         if held[0] == wanted and held[1] == nulls:
             return data
         found = self._rows_of_keys(data, field, keys, nulls)
         return found if found is not None else self._read_for_keys(path, version, field, keys, nulls)
+
+    @staticmethod
+    def _merged(held: pa.Table | None, read: pa.Table | None) -> pa.Table | None:
+        """The rows of two reads of one (path, version, field) together (disjoint key sets), or
+        None where their types differ (an arrangement's read and a scan's)."""
+        if held is None or read is None:
+            return None
+        try:
+            return pa.concat_tables([held, read.select(held.column_names).cast(held.schema)])
+        except (pa.ArrowException, KeyError, ValueError):
+            return None
 
     def _refuses(self, read: tuple, keys: frozenset, nulls: bool) -> bool:
         """Whether a read of `keys` must fail as one of their subsets did: more keys match at
