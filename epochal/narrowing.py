@@ -177,6 +177,10 @@ def semi_joined(rows, a: str, partner, b: str):
     return rows.filter(pc.fill_null(found, False))
 
 
+def _held_count(rows) -> float:
+    return rows.num_rows if rows is not None else math.inf
+
+
 def _filters(node: Node) -> bool:
     """Whether `node` filters its input's rows: a partner read first narrows the change batch."""
     return isinstance(node, (Filter, SemiJoin)) or any(_filters(child) for child in node.inputs)
@@ -232,7 +236,15 @@ def narrow_partners(ctx, node: Join, start: int, frames: dict[int, DataFrame], s
         read(j, b, (values, False), start, a)
     read_for_marks = set(frames)
 
-    def hops(index: int, reduced: set[int]):
+    def hops(index: int, reduced: set[int]) -> list[tuple[int, str, str]]:
+        """(partner read so far, its column, index's column) for each equality reaching `index`,
+        partners holding fewer rows on the driver first: fewer values to read for, and a read
+        more likely to fit (TPC-H Q5's supplier change reaches orders through 100,000 customers
+        of its nations, refused for its rows, and through 6,000 of its line items)."""
+        found = list(_hops(index, reduced))
+        return sorted(found, key=lambda hop: _held_count(rows(hop[0])))
+
+    def _hops(index: int, reduced: set[int]):
         for condition in conjuncts(node.condition):
             if not (isinstance(condition, exp.EQ) and isinstance(condition.left, exp.Column)
                     and isinstance(condition.right, exp.Column)):

@@ -30,6 +30,7 @@ from epochal.keyed.arrangements import (
     ROW_GROUP,
     ArrangementCommit,
     Arrangements,
+    TooManyRows,
     due_for_rebuild,
     net_rows,
 )
@@ -207,7 +208,10 @@ def test_a_build_sorts_the_input_by_its_key_into_disjoint_ranges(spark, warehous
             assert Counter(zip(found.column("k").to_pylist(), found.column("v").to_pylist())) == Counter(wanted), \
                 (name, keys)
         every = pa.array(range(-500, 500), pa.int32())  # more rows than a limit below them: refused
-        assert reader.read(source, 2, "k", every, False, ["k", "v"], None, len(rows) // 2) is None, name
+        with pytest.raises(TooManyRows):
+            reader.read(source, 2, "k", every, False, ["k", "v"], None, len(rows) // 2)
+        nulls_only = reader.read(source, 2, "k", pa.array([], pa.int32()), True, ["k", "v"], None)
+        assert nulls_only.column("k").null_count == nulls_only.num_rows == sum(r[0] is None for r in rows), name
         assert reader.read(source, 2, "k", every, False, ["k", "v"], None, len(rows)).num_rows \
             == sum(r[0] is not None for r in rows), name
         served = reader.take_served()[(source, "k")]

@@ -191,6 +191,11 @@ def due_for_rebuild(chain: list[ArrangementCommit], upkeep: Upkeep = Upkeep()) -
     return sum(c.rows for c in appends) > max(upkeep.rebuild_fraction * chain[0].rows, upkeep.rebuild_rows)
 
 
+
+class TooManyRows(Exception):
+    """A keyed read found more rows than its limit: the keys' rows are read another way (a
+    scan of the input would find the same rows, so none is made)."""
+
 class Arrangements:
     """The warehouse's arrangements: where each lives, which commit serves a read, how to build
     and advance one. `root`: the folder they live under; `warehouse`: the folder their inputs are
@@ -315,8 +320,8 @@ class Arrangements:
     def read(self, source: str, version: int, key: str, values: pa.Array, nulls: bool, columns: list[str],
              changes, limit: int | None = None) -> pa.Table | None:
         """The input's rows as of `version` whose `key` is one of `values` (or NULL, with `nulls`),
-        with `columns`; None when no arrangement serves it (then scan the input) or they are more
-        than `limit`. `changes(before, after)`: the input's change feed as Arrow (`_change_type`
+        with `columns`; None when no arrangement serves it (then scan the input); TooManyRows when
+        they are more than `limit` (a scan would find as many). `changes(before, after)`: the input's change feed as Arrow (`_change_type`
         and every column), or None."""
         commit = self.serving(source, key, version, columns)
         if commit is None:
@@ -349,8 +354,10 @@ class Arrangements:
             holding = files_holding(table, dataset, field, values, nulls, row_groups=self.files.copies is None)
             arranged, copied, row_groups = self.files.rows_of(self.path(source, key), holding, selected, field, values,
                                                         nulls, condition, at_most)
-            if arranged is None or (at_most is not None and arranged.num_rows > at_most):
-                return None  # more rows than `limit` even if the feed cancelled all it can
+            if arranged is None:
+                return None
+            if at_most is not None and arranged.num_rows > at_most:
+                raise TooManyRows(f"{source} by {key}: more than {limit} rows of {len(values)} keys")
             arranged = _without_views(arranged)
         except (DeltaError, OSError, KeyError, ValueError, pa.ArrowException) as error:
             log.warning("arrangement %s not read (%s); %s is scanned instead", self.path(source, key), error, source)
@@ -376,7 +383,7 @@ class Arrangements:
             self.distrust(source, key)
             return None
         if limit is not None and rows.num_rows > limit:
-            return None
+            raise TooManyRows(f"{source} by {key}: {rows.num_rows} rows of {len(values)} keys, more than {limit}")
         with self._guard:
             total = self._served.setdefault((source, key), [0] * len(served))
             total[:] = [a + b for a, b in zip(total, served)]

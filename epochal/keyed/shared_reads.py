@@ -38,6 +38,7 @@ from ..arrow_rows import key_kind, lazy_frame
 from ..changes import consolidate_rows, feed_weights
 from ..graph import WEIGHT
 from ..storage.deltalog import changed_rows, delta_rs_reads_alike, table_at
+from .arrangements import TooManyRows
 from .file_pruning import files_holding
 from .keyed_files import KeyedFiles, filtered_batches
 
@@ -248,10 +249,13 @@ class SharedReads:
 
     def _read_for_keys(self, path: str, version: int, field: str, keys: tuple, nulls: bool) -> pa.Table | None:
         began = time.perf_counter()
-        found = self._arrangement_rows(path, version, field, keys, nulls)
         how = "from its arrangement"
-        if found is None:
-            found, how = self._scan_for_keys(path, version, field, keys, nulls), "by a scan"
+        try:
+            found = self._arrangement_rows(path, version, field, keys, nulls)
+            if found is None:
+                found, how = self._scan_for_keys(path, version, field, keys, nulls), "by a scan"
+        except TooManyRows:
+            found = None
         if found is not None and path in self.columns:
             # an input of the refresh's plans (not a state table) whose keys' rows fit on the
             # driver: worth arranging (a key whose rows do not, as a nation key's, is Spark's anyway)
