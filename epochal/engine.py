@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import logging
 import re
 import time
@@ -300,6 +301,13 @@ class Engine:
             return log.spark_schema()
         return self.table(name).schema
 
+    def _schema_in(self, reads: SharedReads | None, name: str) -> StructType:
+        """`schema_of`, a source's read once per refresh (`reads`): every step of every table
+        asked again, each ask an open of the source's log."""
+        if reads is None or name not in self.sources:
+            return self.schema_of(name)
+        return reads.remembered(("schema", name), functools.partial(self.schema_of, name))
+
     def leaf_sources(self, name: str) -> list[str]:
         if name in self.sources:
             return [name]
@@ -493,8 +501,8 @@ class Engine:
             spark=spark, reads=reads, storage_options=self.storage_options, driver_rows=self.driver_rows,
             broadcast_rows=self.broadcast_rows, cost_model=self.cost_model, run_id=self.run_id,
             arrangements=self.arrangements, keyed_files=self.keyed_files, triggers=self.triggers,
-            invalidation=self.invalidation, remap=self.remap, sources=self.sources, table=self.table, schema_of=self.schema_of,
-            path_of=self.path_of, upkeep=self.upkeep,
+            invalidation=self.invalidation, remap=self.remap, sources=self.sources, table=self.table,
+            schema_of=functools.partial(self._schema_in, reads), path_of=self.path_of, upkeep=self.upkeep,
             output_frame=lambda table, inputs, side: output_frame(spark, table, inputs, side, reads))
 
     def output_frame(self, table: Table, inputs: dict[str, InputRange], side: str) -> DataFrame:

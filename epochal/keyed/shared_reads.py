@@ -37,7 +37,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 from ..arrow_rows import key_kind, lazy_frame
 from ..changes import consolidate_rows, feed_weights
 from ..graph import WEIGHT
-from ..storage.deltalog import changed_rows, delta_rs_reads_alike, table_at
+from ..storage.deltalog import changed_rows, delta_rs_reads_alike
 from .arrangements import TooManyRows
 from .file_pruning import files_holding
 from .keyed_files import KeyedFiles, filtered_batches
@@ -76,7 +76,17 @@ class SharedReads:
         self._locks: dict[tuple, threading.Lock] = {}
         self._guard = threading.Lock()
 
-    def _once(self, key: tuple, read) -> pa.Table | None:
+    def remembered(self, key: tuple, read):
+        """`read()`, made once per refresh for `key` (steps asking at once wait for one read)."""
+        return self._once(key, read)
+
+    def table_at(self, path: str, version: int) -> DeltaTable:
+        """delta-rs's table as of `version`, opened once per refresh: a version does not change,
+        and each open reads the log again (on an object store, requests)."""
+        return self._once(("table", path, version),
+                          lambda: DeltaTable(path, version=version, storage_options=self.storage_options))
+
+    def _once(self, key: tuple, read):
         with self._guard:
             lock = self._locks.setdefault(key, threading.Lock())
         with lock:  # steps running at once wait for one read
@@ -99,7 +109,7 @@ class SharedReads:
 
     def _snapshot(self, path: str, version: int) -> pa.Table | None:
         try:
-            table = DeltaTable(path, version=version, storage_options=self.storage_options)
+            table = self.table_at(path, version)
             if not delta_rs_reads_alike(table) or table.count() > self.driver_rows:  # count: the files' statistics
                 return None
             return pa.table(table.to_pyarrow_table())
@@ -141,7 +151,7 @@ class SharedReads:
         if data is None:
             return None
         if schema is None:
-            schema = StructType.fromJson(json.loads(table_at(path, version, self.storage_options).schema().to_json()))
+            schema = StructType.fromJson(json.loads(self.table_at(path, version).schema().to_json()))
         return self._local(spark, data, schema, None)
 
     def change_rows(self, path: str, before: int, after: int) -> pa.Table | None:
@@ -201,7 +211,7 @@ class SharedReads:
 
     def _scan_for_keys(self, path: str, version: int, field: str, keys: tuple, nulls: bool) -> pa.Table | None:
         try:
-            table = DeltaTable(path, version=version, storage_options=self.storage_options)
+            table = self.table_at(path, version)
             if not delta_rs_reads_alike(table):
                 return None
             dataset = table.to_pyarrow_dataset()
@@ -271,7 +281,7 @@ class SharedReads:
         if self.arrangements is None or path not in self.columns or not (keys or nulls):
             return None
         try:
-            table = DeltaTable(path, version=version, storage_options=self.storage_options)
+            table = self.table_at(path, version)
             if not delta_rs_reads_alike(table):
                 return None
             schema = pa.schema(table.schema().to_arrow())
@@ -400,7 +410,7 @@ class SharedReads:
 
     def _read_whole(self, path: str, version: int, field: str, sample: pa.Table) -> pa.Table | None:
         try:
-            table = DeltaTable(path, version=version, storage_options=self.storage_options)
+            table = self.table_at(path, version)
             per_row = sample.nbytes / sample.num_rows if sample.num_rows else None
             with self._guard:
                 room = per_row is not None and table.count() * per_row * 1.2 <= self.held_bytes - self._held
