@@ -11,8 +11,7 @@ every supported form is held against Spark's filter (tests/test_driver_filters.p
 Supported: comparisons (=, <>, <, <=, >, >=) of a column with a literal of its own kind (a number
 for integer and decimal columns, a string for strings, CAST('yyyy-mm-dd' AS DATE) for dates, a
 boolean for booleans), with a column of the same type, or with a column of another integer or
-decimal type (both cast to the one decimal that holds each exactly, as Spark widens them; refused
-past precision 38); AND, OR, NOT (SQL's three-valued logic); IS [NOT] NULL; [NOT] IN a list of such
+decimal type (both cast to Spark's wider decimal type, rounded as Spark rounds past precision 38); AND, OR, NOT (SQL's three-valued logic); IS [NOT] NULL; [NOT] IN a list of such
 literals; BETWEEN; LIKE with '%' anywhere (no '_', no escapes). Where a comparison, IN or LIKE
 takes a string column, it also takes SUBSTRING/SUBSTR(column, pos[, len]) with integer literals (any pos and len:
 Spark and Arrow both count code points). Not: floating point (Spark orders NaN above every number
@@ -160,18 +159,26 @@ def _digits(arrow_type: pa.DataType) -> tuple[int, int]:
 
 def _compared(left: tuple[pc.Expression, pa.DataType], right: tuple[pc.Expression, pa.DataType]) -> list:
     """Two operands Arrow compares as Spark does: of one type as they are; integers and decimals of
-    different types both cast to the decimal holding each exactly, Spark's wider decimal type. Past
-    precision 38 Spark bounds that type, and a cast to it may overflow: refused."""
+    different types both cast to Spark's wider decimal type (DecimalType.boundedPreferIntegralDigits):
+    the larger scale and the integer digits of either; past precision 38 the integer digits are
+    kept and the scale cut, an operand of a larger scale rounded half away from zero to it
+    (TPC-H Q11 compares a DECIMAL(36,2) sum with a DECIMAL(38,6) share of the total as
+    DECIMAL(38,4)). Every integer digit is kept, so no value overflows; were one to, Arrow's
+    checked cast would raise and the filter be Spark's."""
     (left_value, left_type), (right_value, right_type) = left, right
     if left_type == right_type:
         return [left_value, right_value]
     (left_digits, left_scale), (right_digits, right_scale) = _digits(left_type), _digits(right_type)
-    scale = max(left_scale, right_scale)
-    precision = max(left_digits, right_digits) + scale
-    if precision > 38:
-        raise _Unsupported(f"{left_type} compared with {right_type}")
-    common = pa.decimal128(precision, scale)
-    return [left_value.cast(common), right_value.cast(common)]
+    digits = max(left_digits, right_digits)
+    scale = min(max(left_scale, right_scale), max(0, 38 - digits))
+    common = pa.decimal128(min(digits + scale, 38), scale)
+    return [_fitted(left_value, left_scale, common), _fitted(right_value, right_scale, common)]
+
+
+def _fitted(value: pc.Expression, scale: int, common: pa.DataType) -> pc.Expression:
+    if scale > common.scale:  # Spark's cast to fewer decimal places rounds HALF_UP (away from zero)
+        value = _call("round", [value], pc.RoundOptions(common.scale, "half_towards_infinity"))
+    return value.cast(common, safe=True)
 
 
 def _call(function: str, arguments: list, options=None) -> pc.Expression:
