@@ -11,9 +11,10 @@ every supported form is held against Spark's filter (tests/test_driver_filters.p
 Supported: comparisons (=, <>, <, <=, >, >=) of a column with a literal of its own kind (a number
 for integer and decimal columns, a string for strings, CAST('yyyy-mm-dd' AS DATE) for dates, a
 boolean for booleans), with a column of the same type, or with a column of another integer or
-decimal type (both cast to Spark's wider decimal type, rounded as Spark rounds past precision 38); AND, OR, NOT (SQL's three-valued logic); IS [NOT] NULL; [NOT] IN a list of such
-literals; BETWEEN; LIKE with '%' anywhere (no '_', no escapes). Where a comparison, IN or LIKE
-takes a string column, it also takes SUBSTRING/SUBSTR(column, pos[, len]) with integer literals (any pos and len:
+decimal type (both cast to Spark's wider decimal type, rounded as Spark rounds past precision
+38); AND, OR, NOT (SQL's three-valued logic); IS [NOT] NULL; [NOT] IN a list of such literals;
+BETWEEN; LIKE with '%' anywhere (no '_', no escapes). Where a comparison, IN or LIKE takes a string
+column, it also takes SUBSTRING/SUBSTR(column, pos[, len]) with integer literals (any pos and len:
 Spark and Arrow both count code points). Not: floating point (Spark orders NaN above every number
 and equal to itself, IEEE does not), timestamps, binary, other functions, arithmetic, and literals
 that would need Spark's implicit casts.

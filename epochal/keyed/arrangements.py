@@ -191,10 +191,10 @@ def due_for_rebuild(chain: list[ArrangementCommit], upkeep: Upkeep = Upkeep()) -
     return sum(c.rows for c in appends) > max(upkeep.rebuild_fraction * chain[0].rows, upkeep.rebuild_rows)
 
 
-
 class TooManyRows(Exception):
     """A keyed read found more rows than its limit: the keys' rows are read another way (a
     scan of the input would find the same rows, so none is made)."""
+
 
 class Arrangements:
     """The warehouse's arrangements: where each lives, which commit serves a read, how to build
@@ -321,8 +321,8 @@ class Arrangements:
              changes, limit: int | None = None) -> pa.Table | None:
         """The input's rows as of `version` whose `key` is one of `values` (or NULL, with `nulls`),
         with `columns`; None when no arrangement serves it (then scan the input); TooManyRows when
-        they are more than `limit` (a scan would find as many). `changes(before, after)`: the input's change feed as Arrow (`_change_type`
-        and every column), or None."""
+        they are more than `limit` (a scan would find as many). `changes(before, after)`: the
+        input's change feed as Arrow (`_change_type` and every column), or None."""
         commit = self.serving(source, key, version, columns)
         if commit is None:
             return None
