@@ -11,7 +11,7 @@ seconds over the profiled epochs (the first epoch is not profiled).
 `--cold` empties the OS page cache before each profiled step (needs root), as a step meets it
 after a full recompute has read gigabytes through Spark.
 
-`--callers pyspark` lists which engine lines call into a library (pyspark, py4j, deltalake,
+EPOCHAL_JOB_NAMES=1 lists each step's Spark jobs by name. `--callers pyspark` lists which engine lines call into a library (pyspark, py4j, deltalake,
 pyarrow), with the seconds spent under them.
 """
 
@@ -88,6 +88,8 @@ def main(argv=None) -> None:
                       f"{'' if arguments.together else f'{wall:.3f} s '}(step {report.seconds:.3f} s) "
                       f"phases {report.detail.get('phases')} jobs {cost.get('spark_jobs')} "
                       f"commits {cost.get('delta_commits')}")
+                for job in cost.get("spark_job_names", []):  # with EPOCHAL_JOB_NAMES=1
+                    print(f"    job: {job}")
     stats = pstats.Stats(profile)
     if arguments.dump:
         stats.dump_stats(arguments.dump)
