@@ -354,8 +354,7 @@ class SharedReads:
                     return None  # the missing keys' rows alone are too many, so are the wanted keys'
                 merged = self._merged(held[2], data) if held is not None else data
                 if merged is None or merged.num_rows > self.key_rows:  # not held: these keys' rows
-                    parts = [data] if held is None else [self._rows_of_keys(held[2], field, keys, nulls), data]
-                    found = self._merged(*parts) if len(parts) > 1 else parts[0]
+                    found = data if held is None else self._merged(self._rows_of_keys(held[2], field, keys, nulls), data)
                     return self._bounded(found) if found is not None else \
                         self._read_for_keys(path, version, field, keys, nulls)
                 held = self._reads[slot] = (held[0] | missing if held else missing,
