@@ -25,6 +25,7 @@ import decimal
 import math
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (
     DataType,
@@ -323,42 +324,88 @@ def decimal_average(total: decimal.Decimal, count: int, result: DecimalType) -> 
     return fitted
 
 
+def _averages(total: list, count: list, result: DataType) -> list:
+    """AVG's visible values from its sums and counts: of doubles as Spark divides them (IEEE, as
+    Python does), of decimals as Spark's Average does (decimal_average)."""
+    if isinstance(result, DoubleType):
+        if any(isinstance(t, decimal.Decimal) for t in total):
+            raise _Unsupported
+        return [None if not n else float(t) / float(n) for t, n in zip(total, count)]
+    if not isinstance(result, DecimalType):
+        raise _Unsupported
+    return [None if not n else decimal_average(t, n, result) for t, n in zip(total, count)]
+
+
+def _visible(node: Aggregate, rows: pa.Table, prefix: str, schema: StructType) -> list[list] | None:
+    """Each aggregate's visible values from the state columns named `prefix + state column` of
+    `rows` (AggregateRule._finalize in Python), typed as `schema` says; None where an aggregate is
+    Spark's to finalize, _Unsupported where a value is."""
+    columns = []
+    for agg in node.aggs:
+        if agg.func == "count_star":
+            columns.append(rows.column(prefix + COUNT).to_pylist())
+        elif agg.func == "count":
+            columns.append(rows.column(f"{prefix}{agg.name}__n").to_pylist())
+        elif agg.func in ("sum", "avg"):
+            total = rows.column(f"{prefix}{agg.name}__s").to_pylist()
+            count = rows.column(f"{prefix}{agg.name}__n").to_pylist()
+            columns.append(_averages(total, count, schema[agg.name].dataType) if agg.func == "avg" else
+                           [None if not n else t for t, n in zip(total, count)])
+        elif agg.func in ("min", "max"):
+            columns.append(rows.column(f"{prefix}{agg.name}__m").to_pylist())
+        else:
+            return None
+    return columns
+
+
+def _typed(columns: list[list], schema: StructType) -> pa.Table | None:
+    arrow = to_arrow_schema(schema)
+    try:
+        return pa.table([pa.array(column, type=field.type) for column, field in zip(columns, arrow)], schema=arrow)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        return None
+
+
+def finalized_state(node: Aggregate, state: pa.Table, schema: StructType) -> pa.Table | None:
+    """An aggregate's rows from its state (keys and state columns, Spark-typed), as
+    AggregateRule._finalize computes them over the state, with `schema` (the keys and the
+    aggregates' visible types); None where Spark's to finalize. Columnar but for AVG: a
+    snapshot holds every group, a change only the touched ones."""
+    arrow = to_arrow_schema(schema)
+    columns = [state.column(k) for k in node.keys]
+    try:
+        for agg in node.aggs:
+            if agg.func == "count_star":
+                columns.append(state.column(COUNT))
+            elif agg.func == "count":
+                columns.append(state.column(f"{agg.name}__n"))
+            elif agg.func == "sum":
+                total = state.column(f"{agg.name}__s")
+                columns.append(pc.if_else(pc.greater(state.column(f"{agg.name}__n"), 0), total,
+                                          pa.scalar(None, total.type)))
+            elif agg.func == "avg":
+                total = state.column(f"{agg.name}__s").to_pylist()
+                count = state.column(f"{agg.name}__n").to_pylist()
+                columns.append(pa.array(_averages(total, count, schema[agg.name].dataType),
+                                        type=arrow.field(agg.name).type))
+            elif agg.func in ("min", "max"):
+                columns.append(state.column(f"{agg.name}__m"))
+            else:
+                return None
+        return pa.Table.from_arrays([column.cast(field.type, safe=True) for column, field in zip(columns, arrow)],
+                                    schema=arrow)
+    except (_Unsupported, pa.ArrowException, TypeError, ValueError, OverflowError):
+        return None
+
+
 def finalized_rows(node: Aggregate, touched: pa.Table, schema: StructType) -> pa.Table | None:
     """AggregateRule.delta over touched groups (touched_rows' columns) in Arrow: per group
     -finalize(old state) where it existed, +finalize(new state) where it exists, with `schema`
     (the keys, the aggregates' visible types, WEIGHT). COUNT, SUM, MIN and MAX are read off the
     state; AVG of doubles as Spark divides them (IEEE, as Python does), of decimals as Spark's
     Average does (decimal_average); another function is Spark's (None)."""
-    def average(agg, total: list, count: list) -> list:
-        result = schema[agg.name].dataType
-        if isinstance(result, DoubleType):
-            if any(isinstance(t, decimal.Decimal) for t in total):
-                raise _Unsupported
-            return [None if not n else float(t) / float(n) for t, n in zip(total, count)]
-        if not isinstance(result, DecimalType):
-            raise _Unsupported
-        return [None if not n else decimal_average(t, n, result) for t, n in zip(total, count)]
-
-    def visible(prefix: str) -> list | None:
-        columns = []
-        for agg in node.aggs:
-            if agg.func == "count_star":
-                columns.append(touched.column(prefix + COUNT).to_pylist())
-            elif agg.func == "count":
-                columns.append(touched.column(f"{prefix}{agg.name}__n").to_pylist())
-            elif agg.func in ("sum", "avg"):
-                total = touched.column(f"{prefix}{agg.name}__s").to_pylist()
-                count = touched.column(f"{prefix}{agg.name}__n").to_pylist()
-                columns.append(average(agg, total, count) if agg.func == "avg" else
-                               [None if not n else t for t, n in zip(total, count)])
-            elif agg.func in ("min", "max"):
-                columns.append(touched.column(f"{prefix}{agg.name}__m").to_pylist())
-            else:
-                return None
-        return columns
-
     try:
-        old, new = visible("o__"), visible("n__")
+        old, new = _visible(node, touched, "o__", schema), _visible(node, touched, "n__", schema)
     except _Unsupported:
         return None
     if old is None or new is None:
@@ -376,11 +423,7 @@ def finalized_rows(node: Aggregate, touched: pa.Table, schema: StructType) -> pa
             row = [key[i] for key in keys] + [column[i] for column in values] + [weight]
             for column, value in zip(out, row):
                 column.append(value)
-    arrow = to_arrow_schema(schema)
-    try:
-        return pa.table([pa.array(column, type=field.type) for column, field in zip(out, arrow)], schema=arrow)
-    except (pa.ArrowException, TypeError, ValueError, OverflowError):
-        return None
+    return _typed(out, schema)
 
 
 COUNT = "__count"

@@ -43,6 +43,7 @@ from ..driver.aggregates import (
     adds_exactly,
     distinct_transitions,
     finalized_rows,
+    finalized_state,
     state_columns_of,
     state_types,
     sum_type,
@@ -544,15 +545,18 @@ class AggregateRule(Rule):
             # step's change is consolidated, on the driver), which spares the shuffle
             rows = computed_rows(touched)
             if rows is not None:
-                aggregate = (tuple(keys), tuple(a.describe() for a in node.aggs),
-                             self._input_schema(node, ctx).json())
-                schema = analysed_schema(ctx, ("aggregate change", aggregate), change_of, touched.schema)
+                schema = analysed_schema(ctx, ("aggregate change", self._described(node, ctx)), change_of,
+                                         touched.schema)
                 finalized = finalized_rows(node, rows, schema)
                 if finalized is not None:  # computed in Arrow: a local relation, no Spark plan
                     return hold(ctx.reads.local(ctx.spark, finalized, schema), finalized, exact=True)
             change = change_of(touched)
             return hold(change, change.toArrow, exact=True)  # Spark's, collected if asked for
         return consolidate(change_of(touched))
+
+    def _described(self, node: Aggregate, ctx) -> tuple:
+        """What the aggregate computes, as a key of the schemas analysed once (analysed_schema)."""
+        return tuple(node.keys), tuple(a.describe() for a in node.aggs), self._input_schema(node, ctx).json()
 
     def held_snapshot(self, node: Aggregate, ctx, side: str, column: str | None = None, keys=None) -> DataFrame | None:
         """`snapshot` built on the driver, so the join terms and affected-key recomputes reading
@@ -593,8 +597,14 @@ class AggregateRule(Rule):
             exists = pc.greater(fresh.column("n__" + COUNT), 0) if groups else pa.array([True] * fresh.num_rows, pa.bool_())
             new = fresh.filter(exists).select([*groups, *["n__" + s for s in columns]]).rename_columns(schema.names)
             state = pa.concat_tables([state, new.cast(state.schema)])
-        local = ctx.reads.local(ctx.spark, state.combine_chunks(), schema)
-        finalized = local.select(*[c(k) for k in groups], *self._finalize(node, ctx, ""))
+        state = state.combine_chunks()
+        finalize = lambda frame: frame.select(*[c(k) for k in groups], *self._finalize(node, ctx, ""))  # noqa: E731
+        visible = analysed_schema(ctx, ("aggregate snapshot", self._described(node, ctx)), finalize, schema)
+        rows = finalized_state(node, state, visible)
+        if rows is not None:  # computed in Arrow: Spark plans it only if an operator above needs it
+            return hold(lazy_frame(ctx.spark, lambda: finalize(ctx.reads.local(ctx.spark, state, schema)), visible),
+                        rows, exact=True)
+        finalized = finalize(ctx.reads.local(ctx.spark, state, schema))
         return hold(finalized, finalized.toArrow, exact=True)
 
     def snapshot(self, node: Aggregate, ctx, side: str) -> DataFrame:
