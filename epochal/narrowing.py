@@ -29,12 +29,26 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, DataType, DoubleType, FloatType, IntegralType, MapType, StructType
+from pyspark.sql.types import (
+    ArrayType,
+    ByteType,
+    DataType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    IntegralType,
+    LongType,
+    MapType,
+    ShortType,
+    StructType,
+)
 from sqlglot import exp
 
-from .arrow_rows import held_rows, key_kind
+from .arrow_rows import exact_rows, held_rows, key_kind
 from .changes import quoted
-from .graph import Filter, Join, Node, SemiJoin, conjuncts, join_order
+from .graph import WEIGHT, Filter, Join, Node, SemiJoin, columns_in, conjuncts, join_order, single_row, walk
 
 MAX_RANGES = 32  # ranges in one filter: each is tested against every file's statistics
 MAX_KEYS = 200_000  # distinct values collected to the driver; beyond, one range [min, max]
@@ -177,6 +191,101 @@ def semi_joined(rows, a: str, partner, b: str):
     return rows.filter(pc.fill_null(found, False))
 
 
+_DIGITS = {ByteType: 3, ShortType: 5, IntegerType: 10, LongType: 20}  # Spark's DecimalType.forType
+_COMPARISONS = (exp.GT, exp.GTE, exp.LT, exp.LTE, exp.EQ)
+
+
+def exactly_ordered(a: DataType, b: DataType) -> bool:
+    """Whether Spark compares values of types a and b exactly as numbers or dates (integers, or
+    decimals whose common type keeps every digit: past 38 Spark rounds the finer operand; doubles
+    with doubles or with integers of at most 32 bits)."""
+    if isinstance(a, DateType) and isinstance(b, DateType):
+        return True
+    if {type(a), type(b)} <= {DoubleType, IntegerType, ShortType, ByteType}:
+        return True  # an INT is exact as a DOUBLE; scalar_spans refuses NaN and infinities
+    digits = []
+    for kind in (a, b):
+        if isinstance(kind, DecimalType):
+            digits.append((kind.precision, kind.scale))
+        elif type(kind) in _DIGITS:
+            digits.append((_DIGITS[type(kind)], 0))
+        else:
+            return False
+    (p1, s1), (p2, s2) = digits
+    return max(s1, s2) + max(p1 - s1, p2 - s2) <= 38
+
+
+def scalar_spans(node: Join, start: int, change: DataFrame) -> dict[int, tuple[str, str, object, object]]:
+    """For the join term of a scalar subquery's change (`start`, a single-row input whose old and
+    new rows `change` holds exactly on the driver, weights -1 and +1) whose value the operators
+    above project away (`mark_dropped_scalars`): the partner j, its column, the scalar's, and the
+    span [min(old, new), max(old, new)] outside which j's rows need not be read.
+
+    With the scalar compared by one conjunct `x op s` (op one of > >= < <= =), a partner row whose
+    x compares alike with the old and the new value joins both or neither; once s is projected
+    away its two copies are equal rows of weights -1 and +1, and cancel (TPC-H Q22: the customers
+    whose balance lies between the old and the new average, out of 42,000). Any superset of the
+    rows in the span gives the same consolidated change. Empty where the shape differs, a value
+    is NULL (a NULL compares with nothing) or not finite, or the types are not ordered exactly alike."""
+    rows = exact_rows(change)
+    if rows is None or rows.num_rows != 2 or WEIGHT not in rows.column_names or \
+            sorted(rows.column(WEIGHT).to_pylist()) != [-1, 1]:
+        return {}
+    mine = set(node.parts[start].columns)
+    touching = [c for c in conjuncts(node.condition) if columns_in(c) & mine]
+    if len(touching) != 1 or not isinstance(touching[0], _COMPARISONS):
+        return {}
+    left, right = touching[0].left, touching[0].right
+    if not (isinstance(left, exp.Column) and isinstance(right, exp.Column)):
+        return {}
+    scalar, other = (left, right) if left.name in mine else (right, left)
+    owners = [j for j, part in enumerate(node.parts) if j != start and other.name in part.columns]
+    if other.name in mine or len(owners) != 1 or scalar.name not in rows.column_names:
+        return {}
+    values = rows.column(scalar.name).to_pylist()
+    if any(v is None or (isinstance(v, float) and not math.isfinite(v)) for v in values):
+        return {}
+    try:
+        low, high = min(values), max(values)
+    except TypeError:
+        return {}
+    return {owners[0]: (other.name, scalar.name, low, high)}
+
+
+DROPPED_SCALARS = "dropped scalars"
+
+
+def mark_dropped_scalars(ctx, node: Node, kept: set[str]) -> None:
+    """Note, for the join below `node` (a projection keeping the columns `kept`, over filters),
+    the changed single-row inputs whose columns nothing above reads before the projection drops
+    them: their join terms may read partners for scalar_spans. Only where the join and the
+    filters have no other reader (a plan may share a node), whose change would keep the rows."""
+    readers = ctx.memo(ctx.plan, "readers", lambda: _readers(ctx.plan))
+    below, read = node.input, set(kept)
+    while isinstance(below, Filter):
+        if readers.get(id(below), 0) != 1:
+            return
+        read |= columns_in(below.predicate)
+        below = below.input
+    if not isinstance(below, Join) or readers.get(id(below), 0) != 1:
+        return
+    ctx.scratch[(id(below), DROPPED_SCALARS)] = frozenset(
+        i for i, part in enumerate(below.parts) if single_row(part) and ctx.changed(part) and not read & set(part.columns))
+
+
+def dropped_scalars(ctx, node: Join) -> frozenset[int]:
+    return ctx.scratch.get((id(node), DROPPED_SCALARS), frozenset())
+
+
+def _readers(root: Node) -> dict[int, int]:
+    """How many times each node is an input of another (a shared node more than once)."""
+    counts: dict[int, int] = {}
+    for node in walk(root):
+        for child in node.inputs:
+            counts[id(child)] = counts.get(id(child), 0) + 1
+    return counts
+
+
 def _held_count(rows) -> float:
     return rows.num_rows if rows is not None else math.inf
 
@@ -187,7 +296,8 @@ def _filters(node: Node) -> bool:
 
 
 def narrow_partners(ctx, node: Join, start: int, frames: dict[int, DataFrame], sides: dict[int, str],
-                    marked: Sequence[tuple[str, int, str]] = (), held_only: bool = False) -> dict[int, DataFrame]:
+                    marked: Sequence[tuple[str, int, str]] = (), held_only: bool = False,
+                    spans: dict[int, tuple[str, str, object, object]] | None = None) -> dict[int, DataFrame]:
     """Fill `frames` (by input position, holding `start`'s frame) with every other input j of
     `node` as of `sides[j]`, each read for the keys it can match where it can be.
 
@@ -201,7 +311,9 @@ def narrow_partners(ctx, node: Join, start: int, frames: dict[int, DataFrame], s
     only from inputs whose rows are on the driver (no Spark job to collect their values). Each read
     narrows the Arrow rows of the input its keys came from to those it matches (`semi_joined`).
     What cannot be read for keys is read whole; a marked partner read whole by Spark is filtered
-    to the batch's key ranges (`ranges_filter`), a local relation being one no file skipping helps."""
+    to the batch's key ranges (`ranges_filter`), a local relation being one no file skipping helps.
+    `spans` (scalar_spans): partners read on the driver for a span of one column's values, before
+    the hops, which may then start from them."""
     narrowed: dict[int, object] = {}
 
     def rows(index: int):
@@ -259,6 +371,12 @@ def narrow_partners(ctx, node: Join, start: int, frames: dict[int, DataFrame], s
                     if x in node.parts[p].columns and (not held_only or held_rows(frames[p]) is not None):
                         yield p, x, y
 
+    for j, (column, scalar, low, high) in (spans or {}).items():
+        if j in frames:
+            continue
+        frame = ctx.rule_for(node.parts[j]).held_range(node.parts[j], ctx, sides[j], column, low, high)
+        if frame is not None and exactly_ordered(change.schema[scalar].dataType, frame.schema[column].dataType):
+            frames[j] = frame
     reduced = {j for j in frames if not held_only or held_rows(frames[j]) is not None}
     order = sorted((index for index, _ in join_order(node, start) if index >= 0 and index not in frames),
                    key=lambda index: not _filters(node.parts[index]))

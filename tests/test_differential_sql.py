@@ -30,6 +30,9 @@ JOINS_AND_SUBQUERIES = {
     # TPC-H Q22's shape: a scalar subquery's row joined under an anti-join, read at both sides
     "above_average_alone": "SELECT g, count(*) AS n, sum(v) AS s FROM a WHERE v > (SELECT avg(v) FROM a WHERE v > 0) "
                            "AND NOT EXISTS (SELECT 1 FROM b WHERE b.k = a.k) GROUP BY g",
+    # the same, read by a span of values: decimals, an equality, a bound on both sides
+    "at_decimal_maximum": "SELECT g, count(*) AS n FROM a WHERE d = (SELECT max(d) FROM a WHERE g <> 'x') GROUP BY g",
+    "within_decimal_average": "SELECT k, g FROM a WHERE d <= (SELECT avg(d) FROM a WHERE d > 0) AND d > -5",
     "above_group_average": "SELECT a1.k, a1.g, a1.v FROM a a1 WHERE a1.v >= "
                            "(SELECT avg(a2.v) FROM a a2 WHERE a2.g = a1.g)",
 }
@@ -106,7 +109,8 @@ def test_a_scalar_whose_input_changed_but_not_its_value_changes_nothing(spark, w
 def test_a_moved_scalar_reaches_the_anti_join_as_the_rows_it_moved_past(spark, warehouse, monkeypatch):
     """TPC-H Q22's shape. When a scalar subquery's value moves, its join with the rows above it
     changes by every such row twice (with the old value, and with the new); projected without
-    the value, those cancel but for the rows that crossed it, so the anti-join above recomputes
+    the value, those cancel but for the rows that crossed it, so the join term reads only the rows
+    between the old value and the new (narrowing.scalar_spans), and the anti-join above recomputes
     those keys only, not every row above the value."""
     from epochal.rules import project
 
@@ -132,6 +136,7 @@ def test_a_moved_scalar_reaches_the_anti_join_as_the_rows_it_moved_past(spark, w
     [report] = engine.refresh()
     assert report.technique == "incremental"
     assert_matches_recompute(engine, context="after the average moved")
-    # the join's change: the new rows above the old average (100 of them) out and above the new
-    # one (99) in, and k = 0's new row against the old average in; consolidated: k = 101 out, k = 0 in
-    assert seen == [(100 + 99 + 1, 2)], seen
+    # the join's change: of the scalar's term only the rows between the old average and the new
+    # (read on the driver for v in [100, 101]: k = 101 out), and k = 0's new row against the old
+    # average in; without that narrowing, every row above either average, twice (100 + 99 + 1)
+    assert seen == [(2, 2)], seen

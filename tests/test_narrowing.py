@@ -8,11 +8,14 @@ from __future__ import annotations
 import math
 import os
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pyspark.sql import functions as F
+
 from epochal import Engine
-from epochal.narrowing import MAX_RANGES, distinct_values, ranges_filter
+from epochal.narrowing import MAX_RANGES, distinct_values, exactly_ordered, ranges_filter
 from tests.support import SyntheticSource
 
 FLOATS = st.sampled_from([math.nan, -0.0, 0.0, math.inf, -math.inf]) | st.integers(-10_000, 10_000).map(lambda n: n / 4)
@@ -55,3 +58,22 @@ def test_partners_joined_on_a_struct_are_read_whole_and_the_join_stays_exact(spa
         for name in ("inner_on_x", "full_on_x"):  # as multisets; struct values are not hashable in Python
             stored, recomputed = engine.read(name), engine.recompute(name)
             assert stored.exceptAll(recomputed).count() == 0 == recomputed.exceptAll(stored).count(), name
+
+
+@pytest.mark.parametrize("a,b", [("decimal(15,2)", "decimal(19,6)"), ("decimal(36,2)", "decimal(38,6)"),
+                                 ("int", "double"), ("bigint", "double"), ("int", "decimal(10,2)"),
+                                 ("bigint", "decimal(38,0)"), ("bigint", "decimal(38,20)"), ("date", "date"),
+                                 ("double", "float"), ("string", "int")])
+def test_a_span_is_read_only_where_spark_compares_the_two_types_exactly(spark, a, b):
+    """exactly_ordered: where Spark compares the two in a type keeping every digit of both (past
+    38 digits it rounds the finer operand: DECIMAL(36,2) against DECIMAL(38,6) in DECIMAL(38,4)),
+    or doubles with integers of at most 32 bits (a BIGINT rounds as a DOUBLE). The analysed plan
+    shows the casts when it fails."""
+    frame = spark.createDataFrame([], f"x {a}, y {b}")
+    plan = frame.filter(F.col("x") < F.col("y"))._jdf.queryExecution().analyzed().toString()
+    ordered = exactly_ordered(frame.schema["x"].dataType, frame.schema["y"].dataType)
+    expected = {("decimal(15,2)", "decimal(19,6)"): True, ("decimal(36,2)", "decimal(38,6)"): False,
+                ("int", "double"): True, ("bigint", "double"): False, ("int", "decimal(10,2)"): True,
+                ("bigint", "decimal(38,0)"): True, ("bigint", "decimal(38,20)"): False, ("date", "date"): True,
+                ("double", "float"): False, ("string", "int"): False}[(a, b)]
+    assert ordered == expected, plan

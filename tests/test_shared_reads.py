@@ -8,6 +8,7 @@ co-generators' rows this way."""
 
 from __future__ import annotations
 
+import math
 import uuid
 from collections import Counter
 from datetime import date, timedelta
@@ -349,3 +350,39 @@ def test_a_restricted_read_by_a_boolean_key_finds_its_rows(spark, warehouse, key
     wanted = F.col("flag").isin(list(keys)) | (F.col("flag").isNull() if nulls else F.lit(False))
     spark_rows = spark.read.format("delta").option("versionAsOf", 2).load(path).filter(wanted).select("id", "flag")
     assert as_multiset(restricted.select("id", "flag")) == as_multiset(spark_rows)
+
+
+@settings(SLOW, max_examples=4 * EXAMPLES)
+@given(column=st.sampled_from(["k", "d"]), version=st.integers(0, 3),
+       bounds=st.tuples(st.decimals(-2, 16, places=3), st.decimals(-2, 16, places=3)).map(sorted))
+def test_a_range_read_holds_every_row_within_its_span(spark, changed_table, held_reads, column, version, bounds):
+    """range_frame_and_rows against Spark's rows of the same version whose column lies in the span
+    (bounds finer than the column: rounded outward, so the read holds every row within them, and
+    at most the rows of the column's values at the rounded bounds more)."""
+    low, high = bounds
+    schema = spark.read.format("delta").load(changed_table).schema
+    found = held_reads.range_frame_and_rows(spark, changed_table, version, schema, column, low, high)
+    assert found is not None
+    frame, rows = found
+    assert sorted(rows.column_names) == sorted({"k", "g", column})
+    version_rows = spark.read.format("delta").option("versionAsOf", version).load(changed_table)
+    within = version_rows.filter(F.col(column).between(F.lit(low), F.lit(high))).select("k", "g", column)
+    unit = 1 if column == "k" else 100  # an INT's span widens to whole numbers, a DECIMAL(10,2)'s to cents
+    widened = version_rows.filter(F.col(column).between(F.lit(Decimal(math.floor(low * unit)) / unit),
+                                                        F.lit(Decimal(math.ceil(high * unit)) / unit)))
+    got = as_multiset(frame.select("k", "g", column))
+    assert as_multiset(within) <= got <= as_multiset(widened.select("k", "g", column))
+
+
+def test_a_span_the_column_cannot_hold_is_not_read_on_the_driver():
+    from epochal.keyed.shared_reads import widened_bounds
+
+    assert widened_bounds(Decimal("1.234"), Decimal("5.001"), pa.decimal128(10, 2)) == \
+        (pa.scalar(Decimal("1.23"), pa.decimal128(10, 2)), pa.scalar(Decimal("5.01"), pa.decimal128(10, 2)))
+    assert widened_bounds(-1.5, 2.25, pa.int32()) == (pa.scalar(-2, pa.int32()), pa.scalar(3, pa.int32()))
+    assert widened_bounds(Decimal("1e12"), Decimal("1e13"), pa.decimal128(10, 2)) is None  # past its precision
+    assert widened_bounds(0, 2 ** 40, pa.int32()) is None
+    assert widened_bounds(1.0, 2.0, pa.float64()) is None  # NaN orders above every number
+    assert widened_bounds("a", "b", pa.string()) is None
+    assert widened_bounds(date(2020, 1, 1), date(2020, 3, 1), pa.date32()) == \
+        (pa.scalar(date(2020, 1, 1), pa.date32()), pa.scalar(date(2020, 3, 1), pa.date32()))

@@ -20,6 +20,8 @@ the driver without a Spark job (figures in bench/RESULTS.md).
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import json
 import logging
 import threading
@@ -463,6 +465,44 @@ class SharedReads:
         by_name = {f.name.lower(): f.name for f in schema.fields}
         return self._local(spark, data, schema, [by_name[c.lower()] for c in data.column_names]), data
 
+    def range_frame_and_rows(self, spark, path: str, version: int, schema: StructType, field: str, low, high
+                             ) -> tuple[DataFrame, pa.Table] | None:
+        """The rows of the table as of `version` whose `field` lies in [low, high] (the bounds
+        widened outward to the column's type: a superset), as a local relation with the columns
+        the refresh reads and as Arrow (the table's column names); None where they are too many
+        (`key_rows`), the column is not an integer, decimal or date, or Spark's to read."""
+        data = self._once(("range", path, version, field, low, high),
+                          lambda: self._scan_for_range(path, version, field, low, high))
+        if data is None:
+            return None
+        by_name = {f.name.lower(): f.name for f in schema.fields}
+        return self._local(spark, data, schema, [by_name[c.lower()] for c in data.column_names]), data
+
+    def _scan_for_range(self, path: str, version: int, field: str, low, high) -> pa.Table | None:
+        try:
+            table = self.table_at(path, version)
+            if not delta_rs_reads_alike(table):
+                return None
+            dataset = table.to_pyarrow_dataset()
+            names = {name.lower(): name for name in dataset.schema.names}
+            columns = self._read_columns(path, dataset.schema.names, field)
+            target = dataset.schema.field(names[field.lower()])
+            bounds = widened_bounds(low, high, target.type)
+            if bounds is None:
+                return None
+            condition = (ds.field(target.name) >= bounds[0]) & (ds.field(target.name) <= bounds[1])
+            batches, rows = [], 0
+            for batch in filtered_batches(dataset, columns, condition):
+                rows += batch.num_rows
+                if rows > self.key_rows:
+                    return None  # too many: Spark's to read
+                batches.append(batch)
+            log.debug("read %s version %d for %s in [%s, %s] on the driver: %d rows", path, version, field, low, high,
+                      rows)
+            return pa.Table.from_batches(batches, schema=pa.schema([dataset.schema.field(c) for c in columns]))
+        except (DeltaError, OSError, ValueError, TypeError, KeyError, pa.ArrowException):
+            return None
+
     def clear(self) -> None:
         with self._guard:
             self._reads.clear()
@@ -470,3 +510,29 @@ class SharedReads:
             self._scanned.clear()
             self._refused.clear()
             self._held = 0
+
+
+def widened_bounds(low, high, target: pa.DataType) -> tuple[pa.Scalar, pa.Scalar] | None:
+    """[low, high] (integers, decimals, finite doubles, dates) as scalars of an integer, decimal or
+    date column's Arrow type, rounded outward (floor and ceiling at its scale), so every value of
+    the column within the exact bounds is within these; None for another type or a bound the type
+    cannot hold. A DOUBLE column is not read by range (its NaN orders above every number)."""
+    try:
+        if pa.types.is_date(target):
+            if not all(isinstance(v, datetime.date) and not isinstance(v, datetime.datetime) for v in (low, high)):
+                return None
+            return pa.scalar(low, target), pa.scalar(high, target)
+        if not all(isinstance(v, (int, float, decimal.Decimal)) and not isinstance(v, bool) for v in (low, high)):
+            return None
+        scale = target.scale if pa.types.is_decimal(target) else 0
+        if not (pa.types.is_decimal(target) or pa.types.is_integer(target)):
+            return None
+        unit = decimal.Decimal(1).scaleb(-scale)
+        exact = decimal.Context(prec=100)
+        down = decimal.Decimal(low).quantize(unit, rounding=decimal.ROUND_FLOOR, context=exact)
+        up = decimal.Decimal(high).quantize(unit, rounding=decimal.ROUND_CEILING, context=exact)
+        if pa.types.is_integer(target):
+            return pa.scalar(int(down), target), pa.scalar(int(up), target)
+        return pa.scalar(down, target), pa.scalar(up, target)
+    except (pa.ArrowException, OverflowError, ValueError, TypeError, decimal.InvalidOperation):
+        return None

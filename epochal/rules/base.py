@@ -45,6 +45,11 @@ class Rule:
         on the driver (narrowing.restricted_snapshot); None where the operator cannot."""
         return None
 
+    def held_range(self, node: Node, ctx, side: str, column: str, low, high) -> DataFrame | None:
+        """`node` as of `side`, holding at least its rows whose `column` lies in [low, high],
+        read on the driver (narrowing.scalar_spans); None where the operator cannot."""
+        return None
+
 
 def held_through(ctx, apply: Callable[[DataFrame], DataFrame], below: DataFrame, node: Node,
                  weighted: bool = False) -> DataFrame:

@@ -22,7 +22,7 @@ from ..arrow_rows import exact_rows, hold, spark_typed
 from ..changes import NEW, OLD, quoted
 from ..driver.joins import join_rows, output_schema
 from ..graph import WEIGHT, Join, conjoin, join_order
-from ..narrowing import narrow_partners, restricted_snapshot
+from ..narrowing import dropped_scalars, narrow_partners, restricted_snapshot, scalar_spans
 from .base import Rule, expr, union_all
 
 log = logging.getLogger("epochal")
@@ -76,7 +76,8 @@ class JoinRule(Rule):
                 continue
             sides = {j: NEW if j < i else OLD for j in range(len(node.parts)) if j != i}
             marked = [(a, j, b) for start, a, j, b in node.restrict if start == i]  # co-generators read for d_i's keys only
-            frames = narrow_partners(ctx, node, i, {i: change}, sides, marked, held_only=True)
+            spans = scalar_spans(node, i, change) if i in dropped_scalars(ctx, node) else None
+            frames = narrow_partners(ctx, node, i, {i: change}, sides, marked, held_only=True, spans=spans)
             joined = join_on_driver(node, ctx, frames, i)
             if joined is not None:
                 on_driver.append(joined)

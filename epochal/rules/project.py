@@ -11,7 +11,7 @@ from sqlglot import exp
 from ..arrow_rows import computed_rows, hold
 from ..changes import consolidate, consolidate_rows, rows_up_to
 from ..graph import WEIGHT, Filter, Join, Project, columns_in, single_row
-from ..narrowing import restricted_snapshot
+from ..narrowing import mark_dropped_scalars, restricted_snapshot
 from .base import Rule, expr, held_through
 
 
@@ -57,10 +57,13 @@ class ProjectRule(Rule):
         return [expr(e).alias(name) for name, e in zip(node.columns, node.exprs)]
 
     def delta(self, node: Project, ctx):
+        dropping = drops_changed_scalar(node, ctx)
+        if dropping:
+            mark_dropped_scalars(ctx, node, set().union(*(columns_in(e) for e in node.exprs)))
         below = ctx.delta(node.input)
         change = held_through(ctx, lambda frame: frame.select(*self.output_columns(node), F.col(WEIGHT)), below, node,
                               weighted=True)
-        if change is not None and drops_changed_scalar(node, ctx):
+        if change is not None and dropping:
             return consolidated(ctx, change)
         return change
 

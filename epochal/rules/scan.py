@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import LongType, StructField, StructType
+from pyspark.sql.types import DateType, DecimalType, IntegralType, LongType, StructField, StructType
 
 from ..arrow_rows import KEY_TYPES, hold
 from ..changes import NEW, consolidate, quoted, read_changes, read_snapshot
@@ -107,6 +107,28 @@ class ScanRule(Rule):
         values, nulls = wanted
         found = ctx.memo(node, ("restricted", version, field, values, nulls), lambda: ctx.reads.keys_frame_and_rows(
             ctx.spark, source.path, version, source.schema, field, values, nulls))
+        if found is None:
+            return None
+        frame, data = found
+        held = self.held_read(node, ctx, data, frame, source.schema)
+        if held is not None:
+            ctx.meter.note_read("restricted version", node.table, version)
+        return held
+
+    def held_range(self, node: Scan, ctx, side, column, low, high):
+        """The version's rows whose `column` lies in [low, high], read on the driver once per
+        refresh (SharedReads.range_frame_and_rows), through `held_read`; None for a column not an
+        integer, decimal or date, or too many rows."""
+        if column not in node.columns:
+            return None
+        source = ctx.inputs[node.table]
+        version = source.version(side if ctx.changed(node) else NEW)
+        field = node.fields[node.columns.index(column)]
+        types = {f.name.lower(): f.dataType for f in source.schema.fields}
+        if version < 0 or not isinstance(types.get(field.lower()), (IntegralType, DecimalType, DateType)):
+            return None
+        found = ctx.memo(node, ("range", version, field, low, high), lambda: ctx.reads.range_frame_and_rows(
+            ctx.spark, source.path, version, source.schema, field, low, high))
         if found is None:
             return None
         frame, data = found
