@@ -5,6 +5,7 @@ these pin the edges those rarely reach."""
 
 from __future__ import annotations
 
+from datetime import date
 from decimal import Context, Decimal
 
 import pyarrow as pa
@@ -16,11 +17,14 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import DecimalType, DoubleType, LongType
 
 from epochal.driver.aggregates import (
+    _counts_in_arrow,
+    _group_in_python,
     _Unsupported,
     adds_exactly,
     decimal_average,
     distinct_transitions,
     finalized_state,
+    group_change,
     state_types,
     sum_type,
     touched_rows,
@@ -196,3 +200,28 @@ def test_an_aggregate_snapshot_finalized_on_the_driver_is_sparks(spark, type_nam
                     assert g[name] == pytest.approx(w[name], rel=1e-12, abs=1e-12)
                 g[name] = w[name]
     assert got == want
+
+
+COUNTED_KEYS = {"int": (pa.int32(), st.integers(-3, 3)), "string": (pa.string(), st.sampled_from(["", "a", "é"])),
+                "date": (pa.date32(), st.dates(min_value=date(1969, 12, 31), max_value=date(1970, 1, 2))),
+                "decimal": (pa.decimal128(10, 2), st.sampled_from([Decimal("0.00"), Decimal("-1.50")])),
+                "boolean": (pa.bool_(), st.booleans())}
+
+
+@settings(max_examples=25, deadline=None)
+@given(data=st.data(), kinds=st.lists(st.sampled_from(sorted(COUNTED_KEYS)), min_size=1, max_size=2, unique=True))
+def test_counts_grouped_in_arrow_are_the_row_loops(data, kinds):
+    """group_change of COUNT(*) and COUNT(x), grouped by Arrow, against the loop over the rows it
+    stands in for: NULL keys one group, NULL arguments not counted, weights of either sign."""
+    keys = [f"g{i}" for i in range(len(kinds))]
+    rows = data.draw(st.lists(st.tuples(*[st.none() | COUNTED_KEYS[k][1] for k in kinds], st.none() | st.integers(0, 9),
+                                        st.sampled_from([1, -1, 2, -3])), min_size=1, max_size=30))
+    change = pa.table({**{key: pa.array([r[i] for r in rows], COUNTED_KEYS[k][0]) for i, (key, k) in
+                          enumerate(zip(keys, kinds))},
+                       "x": pa.array([r[-2] for r in rows], pa.int64()), WEIGHT: pa.array([r[-1] for r in rows], pa.int64())})
+    node = Aggregate(columns=(*keys, "c", "n"), input=Scan(columns=(*keys, "x"), table="t"), keys=tuple(keys),
+                     aggs=(AggCall("c", "count_star"), AggCall("n", "count", "x")))
+    assert _counts_in_arrow(node, change) == _group_in_python(node, change)
+    assert group_change(node, change) == _group_in_python(node, change)
+    summed = Aggregate(columns=(*keys, "s"), input=node.input, keys=tuple(keys), aggs=(AggCall("s", "sum", "x"),))
+    assert _counts_in_arrow(summed, change) is None  # a SUM is the loop's
