@@ -12,9 +12,10 @@ rows of the input its keys came from, so later reads take fewer keys. Where a ma
 cannot be read on the driver, its Spark read is filtered to the keys' ranges instead: an OR of at
 most MAX_RANGES value ranges, split where the sorted values have their widest gaps, which Delta's
 data skipping understands (on Delta 4.4 an IN list skips no files at all, while an OR of ranges
-skips every file whose min/max statistics miss all ranges). Every read is a superset of the
-matching rows; the join itself stays exact. Affected-key recomputes (rules/keyed.py) read their
-inputs the same way.
+skips every file whose min/max statistics miss all ranges). A scalar subquery's term, where the
+value is projected away above, reads its partner only for the span between the old value and the
+new (`scalar_spans`). Every read is a superset of the matching rows; the join itself stays
+exact. Affected-key recomputes (rules/keyed.py) read their inputs the same way.
 """
 
 from __future__ import annotations
@@ -270,7 +271,8 @@ def mark_dropped_scalars(ctx, node: Node, kept: set[str]) -> None:
     if not isinstance(below, Join) or readers.get(id(below), 0) != 1:
         return
     ctx.scratch[(id(below), DROPPED_SCALARS)] = frozenset(
-        i for i, part in enumerate(below.parts) if single_row(part) and ctx.changed(part) and not read & set(part.columns))
+        i for i, part in enumerate(below.parts)
+        if single_row(part) and ctx.changed(part) and not read & set(part.columns))
 
 
 def dropped_scalars(ctx, node: Join) -> frozenset[int]:

@@ -218,7 +218,8 @@ def test_counts_grouped_in_arrow_are_the_row_loops(data, kinds):
                                         st.sampled_from([1, -1, 2, -3])), min_size=1, max_size=30))
     change = pa.table({**{key: pa.array([r[i] for r in rows], COUNTED_KEYS[k][0]) for i, (key, k) in
                           enumerate(zip(keys, kinds))},
-                       "x": pa.array([r[-2] for r in rows], pa.int64()), WEIGHT: pa.array([r[-1] for r in rows], pa.int64())})
+                       "x": pa.array([r[-2] for r in rows], pa.int64()),
+                       WEIGHT: pa.array([r[-1] for r in rows], pa.int64())})
     node = Aggregate(columns=(*keys, "c", "n"), input=Scan(columns=(*keys, "x"), table="t"), keys=tuple(keys),
                      aggs=(AggCall("c", "count_star"), AggCall("n", "count", "x")))
     assert _counts_in_arrow(node, change) == _group_in_python(node, change)

@@ -145,8 +145,8 @@ def state_types(node: Aggregate, input_types: dict[str, DataType]) -> dict[str, 
 
 
 def group_change(node: Aggregate, change: pa.Table) -> dict[tuple, dict]:
-    """AggregateRule._grouped_change in Python: per group key, COUNT (the weights' sum), __neg,
-    and each aggregate's change columns."""
+    """AggregateRule._grouped_change on the driver: per group key, COUNT (the weights' sum),
+    __neg, and each aggregate's change columns; counts alone grouped by Arrow, else a loop."""
     counted = _counts_in_arrow(node, change)
     return counted if counted is not None else _group_in_python(node, change)
 

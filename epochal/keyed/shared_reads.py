@@ -211,15 +211,33 @@ class SharedReads:
             return None
         return values.cast(target)  # raises where a value does not fit: Spark's to read
 
+    def _dataset(self, path: str, version: int, field: str):
+        """delta-rs's table and dataset as of `version`, the columns to read with `field`, and
+        `field`'s Arrow field; None where delta-rs does not read the table as Spark does."""
+        table = self.table_at(path, version)
+        if not delta_rs_reads_alike(table):
+            return None
+        dataset = table.to_pyarrow_dataset()
+        names = {name.lower(): name for name in dataset.schema.names}
+        return table, dataset, self._read_columns(path, dataset.schema.names, field), \
+            dataset.schema.field(names[field.lower()])
+
+    def _bounded_scan(self, dataset, columns: list[str], condition) -> pa.Table | None:
+        """The rows of `dataset` passing `condition`, at most `key_rows` of them, else None."""
+        batches, rows = [], 0
+        for batch in filtered_batches(dataset, columns, condition):
+            rows += batch.num_rows
+            if rows > self.key_rows:
+                return None  # too many: Spark's to read
+            batches.append(batch)
+        return pa.Table.from_batches(batches, schema=pa.schema([dataset.schema.field(c) for c in columns]))
+
     def _scan_for_keys(self, path: str, version: int, field: str, keys: tuple, nulls: bool) -> pa.Table | None:
         try:
-            table = self.table_at(path, version)
-            if not delta_rs_reads_alike(table):
+            opened = self._dataset(path, version, field)
+            if opened is None:
                 return None
-            dataset = table.to_pyarrow_dataset()
-            names = {name.lower(): name for name in dataset.schema.names}
-            columns = self._read_columns(path, dataset.schema.names, field)
-            target = dataset.schema.field(names[field.lower()])
+            table, dataset, columns, target = opened
             values = self._key_array(keys, target.type)
             if values is None:
                 return None
@@ -236,13 +254,7 @@ class SharedReads:
                 log.debug("read %s version %d for %d values of %s: %d files from local copies", path, version,
                           len(keys), field, copied)
                 return found if found is not None and found.num_rows <= self.key_rows else None
-            batches, rows = [], 0
-            for batch in filtered_batches(dataset, columns, condition):
-                rows += batch.num_rows
-                if rows > self.key_rows:
-                    return None  # too many: Spark's to read
-                batches.append(batch)
-            return pa.Table.from_batches(batches, schema=pa.schema([dataset.schema.field(c) for c in columns]))
+            return self._bounded_scan(dataset, columns, condition)
         except (DeltaError, OSError, ValueError, TypeError, KeyError, pa.ArrowException):
             return None  # a type or table delta-rs cannot read as Spark does: Spark's to read
 
@@ -480,26 +492,16 @@ class SharedReads:
 
     def _scan_for_range(self, path: str, version: int, field: str, low, high) -> pa.Table | None:
         try:
-            table = self.table_at(path, version)
-            if not delta_rs_reads_alike(table):
-                return None
-            dataset = table.to_pyarrow_dataset()
-            names = {name.lower(): name for name in dataset.schema.names}
-            columns = self._read_columns(path, dataset.schema.names, field)
-            target = dataset.schema.field(names[field.lower()])
-            bounds = widened_bounds(low, high, target.type)
+            opened = self._dataset(path, version, field)
+            bounds = widened_bounds(low, high, opened[3].type) if opened is not None else None
             if bounds is None:
                 return None
+            _, dataset, columns, target = opened
             condition = (ds.field(target.name) >= bounds[0]) & (ds.field(target.name) <= bounds[1])
-            batches, rows = [], 0
-            for batch in filtered_batches(dataset, columns, condition):
-                rows += batch.num_rows
-                if rows > self.key_rows:
-                    return None  # too many: Spark's to read
-                batches.append(batch)
-            log.debug("read %s version %d for %s in [%s, %s] on the driver: %d rows", path, version, field, low, high,
-                      rows)
-            return pa.Table.from_batches(batches, schema=pa.schema([dataset.schema.field(c) for c in columns]))
+            found = self._bounded_scan(dataset, columns, condition)
+            log.debug("read %s version %d for %s in [%s, %s] on the driver: %s rows", path, version, field, low, high,
+                      found.num_rows if found is not None else "too many")
+            return found
         except (DeltaError, OSError, ValueError, TypeError, KeyError, pa.ArrowException):
             return None
 

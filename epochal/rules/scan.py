@@ -93,42 +93,38 @@ class ScanRule(Rule):
         refresh for every step asking (SharedReads.keys_frame_and_rows), through `held_read`:
         filtered there, so fewer keys go onward; None for a key type Arrow and Spark may not
         compare alike (floating point: -0.0 and NaN; timestamps: time zones), or too many keys."""
-        if column not in node.columns:
-            return None
-        source = ctx.inputs[node.table]
-        version = source.version(side if ctx.changed(node) else NEW)
-        field = node.fields[node.columns.index(column)]
-        types = {f.name.lower(): f.dataType for f in source.schema.fields}
-        if version < 0 or not isinstance(types.get(field.lower()), KEY_TYPES):
-            return None
-        wanted = keys() if callable(keys) else keys
-        if wanted is None or len(wanted[0]) > MAX_KEYS:
-            return None
-        values, nulls = wanted
-        found = ctx.memo(node, ("restricted", version, field, values, nulls), lambda: ctx.reads.keys_frame_and_rows(
-            ctx.spark, source.path, version, source.schema, field, values, nulls))
-        if found is None:
-            return None
-        frame, data = found
-        held = self.held_read(node, ctx, data, frame, source.schema)
-        if held is not None:
-            ctx.meter.note_read("restricted version", node.table, version)
-        return held
+        def read(source, version, field):
+            wanted = keys() if callable(keys) else keys
+            if wanted is None or len(wanted[0]) > MAX_KEYS:
+                return None
+            values, nulls = wanted
+            return ctx.memo(node, ("restricted", version, field, values, nulls), lambda: ctx.reads.keys_frame_and_rows(
+                ctx.spark, source.path, version, source.schema, field, values, nulls))
+
+        return self._held_part(node, ctx, side, column, KEY_TYPES, read)
 
     def held_range(self, node: Scan, ctx, side, column, low, high):
         """The version's rows whose `column` lies in [low, high], read on the driver once per
         refresh (SharedReads.range_frame_and_rows), through `held_read`; None for a column not an
         integer, decimal or date, or too many rows."""
+        def read(source, version, field):
+            return ctx.memo(node, ("range", version, field, low, high), lambda: ctx.reads.range_frame_and_rows(
+                ctx.spark, source.path, version, source.schema, field, low, high))
+
+        return self._held_part(node, ctx, side, column, (IntegralType, DecimalType, DateType), read)
+
+    def _held_part(self, node: Scan, ctx, side, column, kinds: tuple, read):
+        """Some of the version's rows, `read(source, version, field)` (a local relation and its
+        Arrow rows, or None) where `column`'s type is one of `kinds`, through `held_read`."""
         if column not in node.columns:
             return None
         source = ctx.inputs[node.table]
         version = source.version(side if ctx.changed(node) else NEW)
         field = node.fields[node.columns.index(column)]
         types = {f.name.lower(): f.dataType for f in source.schema.fields}
-        if version < 0 or not isinstance(types.get(field.lower()), (IntegralType, DecimalType, DateType)):
+        if version < 0 or not isinstance(types.get(field.lower()), kinds):
             return None
-        found = ctx.memo(node, ("range", version, field, low, high), lambda: ctx.reads.range_frame_and_rows(
-            ctx.spark, source.path, version, source.schema, field, low, high))
+        found = read(source, version, field)
         if found is None:
             return None
         frame, data = found
