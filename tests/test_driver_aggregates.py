@@ -17,7 +17,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import DecimalType, DoubleType, LongType
 
 from epochal.driver.aggregates import (
-    _counts_in_arrow,
+    _folded_in_arrow,
     _group_in_python,
     _Unsupported,
     adds_exactly,
@@ -208,21 +208,43 @@ COUNTED_KEYS = {"int": (pa.int32(), st.integers(-3, 3)), "string": (pa.string(),
                 "boolean": (pa.bool_(), st.booleans())}
 
 
-@settings(max_examples=25, deadline=None)
-@given(data=st.data(), kinds=st.lists(st.sampled_from(sorted(COUNTED_KEYS)), min_size=1, max_size=2, unique=True))
-def test_counts_grouped_in_arrow_are_the_row_loops(data, kinds):
-    """group_change of COUNT(*) and COUNT(x), grouped by Arrow, against the loop over the rows it
-    stands in for: NULL keys one group, NULL arguments not counted, weights of either sign."""
+FOLDED_VALUES = {
+    "bigint": (pa.int64(), st.integers(-(2 ** 40), 2 ** 40)),
+    "int": (pa.int32(), st.integers(-9, 9)),
+    "decimal(15,2)": (pa.decimal128(15, 2), st.decimals(min_value=-10 ** 6, max_value=10 ** 6, places=2)),
+    "decimal(38,10)": (pa.decimal128(38, 10), st.sampled_from([Decimal("1E+20"), Decimal("-0.0000000001"),
+                                                                 Decimal("12345678.9"), Decimal(0)])),
+    "string": (pa.string(), st.sampled_from(["", "a", "é", "b"])),
+    "date": (pa.date32(), st.dates(min_value=date(1969, 12, 31), max_value=date(1970, 1, 2))),
+    "double": (pa.float64(), st.floats(-1e6, 1e6)),
+}
+SUMMABLE = ("bigint", "int", "decimal(15,2)", "decimal(38,10)", "double")
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), kinds=st.lists(st.sampled_from(sorted(COUNTED_KEYS)), max_size=2, unique=True),
+       value=st.sampled_from(sorted(FOLDED_VALUES)))
+def test_changes_grouped_in_arrow_are_the_row_loops(data, kinds, value):
+    """group_change grouped by Arrow against the loop over the rows it stands in for: COUNT(*),
+    COUNT, SUM, AVG, MIN and MAX; NULL keys one group, NULL values not counted, weights of either
+    sign, no keys at all; a decimal past 64 bits of digits and a SUM of doubles are the loop's."""
     keys = [f"g{i}" for i in range(len(kinds))]
-    rows = data.draw(st.lists(st.tuples(*[st.none() | COUNTED_KEYS[k][1] for k in kinds], st.none() | st.integers(0, 9),
+    arrow_type, values = FOLDED_VALUES[value]
+    rows = data.draw(st.lists(st.tuples(*[st.none() | COUNTED_KEYS[k][1] for k in kinds], st.none() | values,
                                         st.sampled_from([1, -1, 2, -3])), min_size=1, max_size=30))
     change = pa.table({**{key: pa.array([r[i] for r in rows], COUNTED_KEYS[k][0]) for i, (key, k) in
                           enumerate(zip(keys, kinds))},
-                       "x": pa.array([r[-2] for r in rows], pa.int64()),
+                       "x": pa.array([r[-2] for r in rows], arrow_type),
                        WEIGHT: pa.array([r[-1] for r in rows], pa.int64())})
-    node = Aggregate(columns=(*keys, "c", "n"), input=Scan(columns=(*keys, "x"), table="t"), keys=tuple(keys),
-                     aggs=(AggCall("c", "count_star"), AggCall("n", "count", "x")))
-    assert _counts_in_arrow(node, change) == _group_in_python(node, change)
-    assert group_change(node, change) == _group_in_python(node, change)
-    summed = Aggregate(columns=(*keys, "s"), input=node.input, keys=tuple(keys), aggs=(AggCall("s", "sum", "x"),))
-    assert _counts_in_arrow(summed, change) is None  # a SUM is the loop's
+    aggs = [AggCall("c", "count_star"), AggCall("n", "count", "x"), AggCall("d", "count", "x", distinct=True)]
+    aggs += [AggCall("lo", "min", "x"), AggCall("hi", "max", "x")] if value != "double" else []
+    aggs += [AggCall("s", "sum", "x"), AggCall("a", "avg", "x")] if value in SUMMABLE else []
+    node = Aggregate(columns=(*keys, *[a.name for a in aggs]), input=Scan(columns=(*keys, "x"), table="t"),
+                     keys=tuple(keys), aggs=tuple(aggs))
+    looped = _group_in_python(node, change)
+    assert group_change(node, change) == looped
+    wide = value == "decimal(38,10)" and any(r[-2] == Decimal("1E+20") for r in rows)
+    if value == "double" or wide:
+        assert _folded_in_arrow(node, change) is None
+    else:
+        assert _folded_in_arrow(node, change) == looped
