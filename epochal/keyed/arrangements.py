@@ -65,7 +65,7 @@ from ..graph import WEIGHT
 from ..sessions import session_confs
 from ..storage.commit_lock import commit_lock
 from ..storage.commits import aligned, writer_properties
-from ..storage.deltalog import DeltaLog, delta_rs_reads_alike
+from ..storage.deltalog import DeltaLog, delta_rs_reads_alike, opened
 from ..storage.warehouse import within
 from .file_pruning import files_holding
 from .keyed_files import KeyedFiles
@@ -342,7 +342,7 @@ class Arrangements:
             cancelled = int(pc.sum(pc.less(weight, 0)).as_py() or 0)  # stored rows the feed may take away
         at_most = None if limit is None else limit + cancelled
         try:
-            table = DeltaTable(self.path(source, key), version=commit.version, storage_options=self.storage_options)
+            table = opened(self.path(source, key), self.storage_options, commit.version)
             dataset = table.to_pyarrow_dataset()
             names = {n.lower(): n for n in dataset.schema.names}
             field = names[key.lower()]
@@ -558,8 +558,7 @@ class Arrangements:
     def _id_at(self, source: str, version: int) -> str | None:
         """The Delta table id of `source` as of `version` (None where delta-rs cannot read its log)."""
         try:
-            return DeltaTable(source, version=version, storage_options=self.storage_options,
-                              without_files=True).metadata().id
+            return opened(source, self.storage_options, version).metadata().id
         except (DeltaError, OSError, ValueError):
             return None
 

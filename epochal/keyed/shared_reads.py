@@ -39,7 +39,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 from ..arrow_rows import key_kind, lazy_frame
 from ..changes import consolidate_rows, feed_weights
 from ..graph import WEIGHT
-from ..storage.deltalog import changed_rows, delta_rs_reads_alike
+from ..storage.deltalog import changed_rows, delta_rs_reads_alike, opened
 from .arrangements import TooManyRows
 from .file_pruning import files_holding
 from .keyed_files import KeyedFiles, filtered_batches
@@ -86,7 +86,7 @@ class SharedReads:
         """delta-rs's table as of `version`, opened once per refresh: a version does not change,
         and each open reads the log again (on an object store, requests)."""
         return self._once(("table", path, version),
-                          lambda: DeltaTable(path, version=version, storage_options=self.storage_options))
+                          lambda: opened(path, self.storage_options, version))
 
     def _once(self, key: tuple, read):
         with self._guard:

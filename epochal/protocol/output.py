@@ -12,7 +12,6 @@ from functools import reduce
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -25,7 +24,7 @@ from ..keyed.state import StateStore
 from ..metrics import Meter
 from ..storage import commits as driver_commits
 from ..storage.commits import OP
-from ..storage.deltalog import DeltaLog, TableFiles
+from ..storage.deltalog import DeltaLog, TableFiles, opened
 from ..storage.ledger import INCREMENTAL, RESCAN, Step
 from .environment import Environment
 from .writes import (
@@ -288,6 +287,6 @@ def row_count(path: str, version: int, storage_options=None) -> int:
     if version < 0:
         return 0
     try:
-        return DeltaTable(path, version=version, storage_options=storage_options).count()
+        return opened(path, storage_options, version).count()
     except (DeltaError, TableNotFoundError):
         return 0

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import threading
 from dataclasses import dataclass
 from urllib.parse import unquote
 
 import pyarrow.fs as pafs
 from deltalake import DeltaTable
-from deltalake.exceptions import TableNotFoundError
+from deltalake.exceptions import DeltaError, TableNotFoundError
 from deltalake.fs import DeltaStorageHandler
 from pyspark.sql.types import StructType
 
@@ -36,13 +38,69 @@ class Commit:
         return {"timestamp": self.timestamp_ms, "userMetadata": self.user_metadata}
 
 
+def commit_stamp(uri: str, version: int) -> tuple[int, int, int] | None:
+    """What identifies the file of a local table's commit `version` (inode, size, modification
+    time), or None where it is missing or the table is not on a local file system."""
+    if "://" in uri and not uri.startswith("file://"):
+        return None
+    path = uri.removeprefix("file://")
+    try:
+        found = os.stat(f"{path}/_delta_log/{version:020d}.json")
+    except OSError:
+        return None
+    return found.st_ino, found.st_size, found.st_mtime_ns
+
+
+_OPENED = threading.local()
+_KEPT = 64  # tables a thread keeps open
+
+
+def opened(uri: str, storage_options: dict[str, str] | None = None, version: int | None = None) -> DeltaTable:
+    """delta-rs's table at its latest version (or at `version`), for reading only. A step opens
+    the same logs again and again (its inputs, its state, its output), and each open replays the
+    log from its last checkpoint; so each thread keeps the tables it opened and brings a latest one
+    forward by the commits since (update_incremental: a listing). It opens afresh where the
+    commit it last saw is gone or was written again (the table deleted and created anew), or the
+    table is not on a local file system. Raises TableNotFoundError as DeltaTable does. Not shared
+    between threads, and the same object for the same table within one: keep what you read of
+    it, not the table, across another open."""
+    kept = getattr(_OPENED, "tables", None)
+    if kept is None:
+        kept = _OPENED.tables = {}
+    key = (uri, version, tuple(sorted((storage_options or {}).items())))
+    held = kept.get(key)
+    if held is not None:
+        table, seen, stamp = held
+        if stamp is not None and commit_stamp(uri, seen) == stamp:
+            if version is not None:
+                return table
+            try:
+                table.update_incremental()
+            except (DeltaError, OSError):
+                table = None
+            if table is not None:
+                if table.version() != seen:
+                    kept[key] = (table, table.version(), commit_stamp(uri, table.version()))
+                return table
+    table = DeltaTable(uri, version=version, storage_options=storage_options)
+    if len(kept) >= _KEPT:
+        kept.clear()
+    kept[key] = (table, table.version(), commit_stamp(uri, table.version()))
+    return table
+
+
 class DeltaLog:
-    """One table's log, opened once per use; all reads come from the same snapshot."""
+    """One table's log as of when it was opened: its version, id, schema and properties are read
+    then, so that a later open of the same table (the same object, brought forward: `opened`)
+    does not move them."""
 
     def __init__(self, uri: str, storage_options: dict[str, str] | None = None):
         self.uri = uri
         self.storage_options = storage_options
-        self._table = DeltaTable(uri, storage_options=storage_options, without_files=True)
+        self._table = opened(uri, storage_options)
+        self.version = self._table.version()
+        self._metadata = self._table.metadata()
+        self._schema = self._table.schema()
 
     @staticmethod
     def open(uri: str, storage_options: dict[str, str] | None = None) -> "DeltaLog | None":
@@ -51,17 +109,13 @@ class DeltaLog:
         except TableNotFoundError:
             return None
 
-    @property
-    def version(self) -> int:
-        return self._table.version()
-
     def commits(self, start: int, end: int | None = None) -> list[Commit]:
-        """Commits with start <= version <= end (default: the latest), oldest first."""
+        """Commits with start <= version <= end (default: the version opened), oldest first."""
         end = self.version if end is None else end
         if end < start:
             return []
         found = []
-        for entry in self._table.history(limit=self.version - start + 1):
+        for entry in self._table.history(limit=self._table.version() - start + 1):
             version = entry.get("version")
             if version is None or not start <= version <= end:
                 continue
@@ -72,16 +126,16 @@ class DeltaLog:
     def table_id(self) -> str:
         """Delta's id of the table (`metaData.id`): kept by every commit, overwrites and schema
         changes included, and new when a table is deleted and created again at the same path."""
-        return self._table.metadata().id
+        return self._metadata.id
 
     def schema_json(self) -> dict:
-        return json.loads(self._table.schema().to_json())
+        return json.loads(self._schema.to_json())
 
     def spark_schema(self):
         return StructType.fromJson(self.schema_json())
 
     def properties(self) -> dict[str, str]:
-        return dict(self._table.metadata().configuration)
+        return dict(self._metadata.configuration)
 
 
 @dataclass(frozen=True)
@@ -162,8 +216,9 @@ class TableFiles:
 
 
 def table_at(uri: str, version: int, storage_options: dict[str, str] | None = None) -> DeltaTable:
-    """delta-rs's table as of `version` (schema, properties, files, row count from statistics)."""
-    return DeltaTable(uri, version=version, storage_options=storage_options)
+    """delta-rs's table as of `version` (schema, properties, files, row count from statistics),
+    for reading only (`opened`)."""
+    return opened(uri, storage_options, version)
 
 
 CHANGED_ROWS = {  # operation -> metrics whose sum is the rows it changed (Spark's names, then delta-rs's)

@@ -10,7 +10,6 @@ Every commit holds the table's commit lock on a local path (commit_lock.py).
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ from deltalake.schema import PrimitiveType
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
 from .commit_lock import commit_lock
+from .deltalog import commit_stamp
 
 CONFLICT_RETRIES = 50
 
@@ -44,19 +44,6 @@ def _delta_type(arrow: pa.DataType) -> PrimitiveType:
         if test(arrow):
             return PrimitiveType(name)
     raise TypeError(f"no Delta type for a record column of {arrow}")
-
-
-def _commit_stamp(uri: str, version: int) -> tuple[int, int, int] | None:
-    """What identifies the file of a local table's commit `version` (inode, size, modification
-    time), or None where it is missing or the table is not on a local file system."""
-    if "://" in uri and not uri.startswith("file://"):
-        return None
-    path = uri.removeprefix("file://")
-    try:
-        found = os.stat(f"{path}/_delta_log/{version:020d}.json")
-    except OSError:
-        return None
-    return found.st_ino, found.st_size, found.st_mtime_ns
 
 
 @dataclass
@@ -81,7 +68,7 @@ class RecordTable:
         self._opened.table = None
         if held is not None:
             table, version, stamp = held
-            if stamp is not None and _commit_stamp(self.uri, version) == stamp:
+            if stamp is not None and commit_stamp(self.uri, version) == stamp:
                 try:
                     table.update_incremental()
                 except (DeltaError, OSError):
@@ -113,7 +100,7 @@ class RecordTable:
 
     def _keep(self, table: DeltaTable) -> None:
         version = table.version()
-        self._opened.table = (table, version, _commit_stamp(self.uri, version))
+        self._opened.table = (table, version, commit_stamp(self.uri, version))
 
     def _create(self) -> DeltaTable:
         try:
