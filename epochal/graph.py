@@ -8,6 +8,7 @@ to columns by name alone and any two inputs can be joined without renaming.
 from __future__ import annotations
 
 import dataclasses
+import threading
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -357,9 +358,29 @@ def _is_equality(part) -> bool:
     return isinstance(part, (exp.EQ, exp.NullSafeEQ))
 
 
+_ORDERS: dict[int, tuple[Join, dict[int, list]]] = {}
+_ORDERS_LOCK = threading.Lock()
+
+
 def join_order(node: Join, start: int) -> list[tuple[int, list]]:
     """From input `start`, the order to join the other inputs in, each with the conjuncts that
-    become applicable when it joins."""
+    become applicable when it joins: worked out once per join (a plan lives as long as its table,
+    and every step asks again, for every term). Not to be changed by the caller."""
+    held = _ORDERS.get(id(node))
+    if held is not None and held[0] is node and start in held[1]:
+        return held[1][start]
+    order = _join_order(node, start)
+    with _ORDERS_LOCK:
+        if len(_ORDERS) >= 4096:
+            _ORDERS.clear()
+        held = _ORDERS.get(id(node))
+        if held is None or held[0] is not node:  # the node held keeps its id from being reused
+            held = _ORDERS[id(node)] = (node, {})
+        held[1][start] = order
+    return order
+
+
+def _join_order(node: Join, start: int) -> list[tuple[int, list]]:
     remaining = conjuncts(node.condition)
     have = set(node.parts[start].columns)
     left = [i for i in range(len(node.parts)) if i != start]

@@ -528,10 +528,10 @@ class AggregateRule(Rule):
         keys = list(node.keys)
         touched = self._touched(node, ctx)
         glob = not keys
-        existed = c("o__" + COUNT).isNotNull() & ((c("o__" + COUNT) > 0) | F.lit(glob))
-        exists = (c("n__" + COUNT) > 0) | F.lit(glob)
 
-        def change_of(frame: DataFrame) -> DataFrame:
+        def change_of(frame: DataFrame) -> DataFrame:  # Spark's columns built only where Spark computes
+            existed = c("o__" + COUNT).isNotNull() & ((c("o__" + COUNT) > 0) | F.lit(glob))
+            exists = (c("n__" + COUNT) > 0) | F.lit(glob)
             old_rows = frame.filter(existed).select(
                 *[c(k) for k in keys], *self._finalize(node, ctx, "o__"), F.lit(-1).cast(LongType()).alias(WEIGHT)
             )
