@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import DecimalType, DoubleType, LongType
+from pyspark.sql.types import DecimalType, DoubleType, LongType, StructField, StructType
 
 from epochal.driver.aggregates import (
     _folded_in_arrow,
@@ -27,6 +27,7 @@ from epochal.driver.aggregates import (
     group_change,
     state_types,
     sum_type,
+    touched_in_arrow,
     touched_rows,
     use_count_changes,
     weighs_exactly,
@@ -248,3 +249,54 @@ def test_changes_grouped_in_arrow_are_the_row_loops(data, kinds, value):
         assert _folded_in_arrow(node, change) is None
     else:
         assert _folded_in_arrow(node, change) == looped
+
+
+TOUCHED_VALUES = {"bigint": (LongType(), st.integers(-(2 ** 40), 2 ** 40)),
+                  "decimal(15,2)": (DecimalType(15, 2), st.decimals(min_value=-10 ** 6, max_value=10 ** 6, places=2)),
+                  "decimal(6,2)": (DecimalType(6, 2), st.decimals(min_value=-9999, max_value=9999, places=2))}
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), value=st.sampled_from(sorted(TOUCHED_VALUES)), global_=st.booleans(),
+       extremes=st.booleans())
+def test_touched_groups_in_arrow_are_the_loops(data, value, global_, extremes):
+    """touched_in_arrow against touched_rows over the same change and state: groups new and
+    held, NULL keys and values, weights of both signs, sums near their type's precision (a
+    DECIMAL(6,2) sums as DECIMAL(16,2)), a state whose sum overflowed before; where the loop
+    refuses (None) or a MIN/MAX needs recomputing, so does the columnar path."""
+    spark_type, values = TOUCHED_VALUES[value]
+    keys = () if global_ else ("g",)
+    aggs = [AggCall("c", "count_star"), AggCall("n", "count", "x"), AggCall("s", "sum", "x"), AggCall("a", "avg", "x")]
+    aggs += [AggCall("lo", "min", "x"), AggCall("hi", "max", "x")] if extremes else []
+    node = Aggregate(columns=(*keys, *[a.name for a in aggs]), input=Scan(columns=("g", "x"), table="t"),
+                     keys=keys, aggs=tuple(aggs))
+    input_types = {"g": LongType(), "x": spark_type}
+    types = state_types(node, input_types)
+    group = st.none() | st.integers(0, 4)
+    rows = data.draw(st.lists(st.tuples(group, st.none() | values, st.sampled_from([1, 1, -1, 2])), min_size=1, max_size=25))
+    arrow_x = to_arrow_schema(StructType([StructField("x", spark_type)])).field("x").type
+    change = pa.table({"g": pa.array([r[0] for r in rows], pa.int64()), "x": pa.array([r[1] for r in rows], arrow_x),
+                       WEIGHT: pa.array([r[2] for r in rows], pa.int64())})
+    held_groups = data.draw(st.lists(group, unique=True, max_size=5)) if keys else data.draw(st.sampled_from([[], [None]]))
+    state_fields = [StructField("g", LongType())] * bool(keys) + [StructField("__count", LongType())] + \
+        [StructField(name, t) for name, t in types.items()]
+    state_rows = []
+    for g in held_groups:
+        total = data.draw(st.none() | values)
+        count = data.draw(st.integers(0, 3))
+        state = {"__count": count + data.draw(st.integers(0, 2)), "s__s": total, "s__n": count, "a__s": total,
+                 "a__n": count, "n__n": count, "lo__m": data.draw(st.none() | values), "hi__m": data.draw(st.none() | values)}
+        state_rows.append({**({"g": g} if keys else {}), **{k: v for k, v in state.items() if k in types or k == "__count"}})
+    state_schema = to_arrow_schema(StructType(state_fields))
+    state_table = pa.Table.from_pylist(state_rows, schema=state_schema)
+    old = {((r["g"],) if keys else ()): {k: v for k, v in r.items() if k != "g"} for r in state_rows}
+    looped = touched_rows(node, change, old, input_types, types, lambda groups: None)
+    columnar = touched_in_arrow(node, change, lambda wanted: state_table, input_types, types)
+    deleted_extreme = extremes and any(r[1] is not None and r[2] < 0 for r in rows)
+    if looped is None or deleted_extreme:
+        assert columnar is None
+        return
+    assert columnar is not None
+    assert columnar[1] == looped[1]
+    by_key = lambda table: sorted(table.to_pylist(), key=lambda r: (r.get("g") is None, r.get("g") or 0))  # noqa: E731
+    assert by_key(columnar[0]) == by_key(looped[0])

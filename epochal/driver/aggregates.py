@@ -42,7 +42,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from ..arrow_rows import key_type
+from ..arrow_rows import key_tuples, key_type
 from ..graph import WEIGHT, AggCall, Aggregate
 
 LONG_MIN, LONG_MAX = -(2 ** 63), 2 ** 63 - 1
@@ -212,13 +212,16 @@ def _unscaled(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarra
     return low, valid, array.type.scale
 
 
-def _folded_in_arrow(node: Aggregate, change: pa.Table) -> dict[tuple, dict] | None:
-    """_group_in_python's groups, grouped by Arrow (NULL keys one group, as Spark's NULL-safe join
-    on the state matches them): weights, and each value times its weight, summed as int64 where
-    no sum can pass 2**62. COUNT(*), COUNT, SUM and AVG of integers and decimals of up to 64 bits
-    of digits, MIN and MAX; None for another aggregate (SUM of doubles: the loop's order), or
-    larger values. TPC-H Q13's outer join recomputes every order of the customers it touched, a
-    hundred thousand rows an epoch, and Q1, Q17 and Q18 sum tens of thousands."""
+def _grouped_in_arrow(node: Aggregate, change: pa.Table) -> tuple[pa.Table, dict[str, int | None]] | None:
+    """_group_in_python's groups as an Arrow table, grouped by Arrow (NULL keys one group, as
+    Spark's NULL-safe join on the state matches them): the keys (`__k<i>`, or one NULL `__k` for
+    a global aggregate), COUNT, __neg, and per aggregate its change columns; a SUM's as int64
+    digits, unscaled by the scale returned per column (None for an integer sum). Weights, and
+    each value times its weight, are summed as int64 where no sum can pass 2**62. COUNT(*),
+    COUNT, SUM and AVG of integers and decimals of up to 64 bits of digits, MIN and MAX; None for
+    another aggregate (SUM of doubles: the loop's order), or larger values. TPC-H Q13's outer
+    join recomputes every order of the customers it touched, a hundred thousand rows an epoch,
+    and Q1, Q17 and Q18 sum tens of thousands."""
     folded = [agg for agg in node.aggs if not agg.distinct]
     if change.num_rows == 0 or any(agg.func not in ("count_star", "count", "sum", "avg", "min", "max")
                                    for agg in folded):
@@ -230,51 +233,58 @@ def _folded_in_arrow(node: Aggregate, change: pa.Table) -> dict[tuple, dict] | N
     keys = [f"__k{i}" for i in range(len(node.keys))] or ["__k"]
     columns = {key: change.column(name) for key, name in zip(keys, node.keys)} if node.keys else \
         {"__k": pa.nulls(change.num_rows, pa.int8())}
-    columns["__w"], columns["__neg"] = weights, (weights < 0).astype(np.int64)
-    aggregations = [("__w", "sum"), ("__neg", "max")]
+    columns[COUNT], columns["__neg"] = weights, (weights < 0).astype(np.int64)
+    aggregations = [(COUNT, "sum"), ("__neg", "max")]
     scales = {}
-    for i, agg in enumerate(folded):
+    for agg in folded:
         if agg.func == "count_star":
             continue
         values = change.column(agg.arg)
         valid = np.asarray(values.is_valid(), dtype=bool)
         if agg.func in ("count", "sum", "avg"):
-            columns[f"__n{i}"] = np.where(valid, weights, 0)
-            aggregations.append((f"__n{i}", "sum"))
+            columns[f"{agg.name}__n"] = np.where(valid, weights, 0)
+            aggregations.append((f"{agg.name}__n", "sum"))
         if agg.func in ("sum", "avg"):
             unscaled = _unscaled(values)
             if unscaled is None:
                 return None
-            digits, _, scales[i] = unscaled
+            digits, _, scales[f"{agg.name}__s"] = unscaled
             largest = max(int(digits.max()), -int(digits.min())) if len(digits) else 0
             if largest * heaviest * change.num_rows >= 2 ** 62:
                 return None
-            columns[f"__s{i}"] = pa.array(digits * weights, mask=~valid)
-            aggregations.append((f"__s{i}", "sum"))
+            columns[f"{agg.name}__s"] = pa.array(digits * weights, mask=~valid)
+            aggregations.append((f"{agg.name}__s", "sum"))
         if agg.func in ("min", "max"):
-            columns[f"__m{i}"] = pc.if_else(pa.array(valid & (weights > 0)), values, pa.scalar(None, values.type))
-            columns[f"__mneg{i}"] = (valid & (weights < 0)).astype(np.int64)
-            aggregations += [(f"__m{i}", agg.func), (f"__mneg{i}", "max")]
+            columns[f"{agg.name}__m"] = pc.if_else(pa.array(valid & (weights > 0)), values,
+                                                   pa.scalar(None, values.type))
+            columns[f"{agg.name}__neg"] = (valid & (weights < 0)).astype(np.int64)
+            aggregations += [(f"{agg.name}__m", agg.func), (f"{agg.name}__neg", "max")]
     try:
         grouped = pa.table(columns).group_by(keys, use_threads=False).aggregate(aggregations)
     except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
         return None
-    read = {f"{column}_{how}": grouped.column(f"{column}_{how}").to_pylist() for column, how in aggregations}
-    group_keys = list(zip(*[grouped.column(k).to_pylist() for k in keys])) if node.keys else [()]
-    found: dict[tuple, dict] = {}
+    named = {f"{name}_{how}": name for name, how in aggregations}
+    return grouped.rename_columns([named.get(name, name) for name in grouped.column_names]), scales
+
+
+def _folded_in_arrow(node: Aggregate, change: pa.Table) -> dict[tuple, dict] | None:
+    """_group_in_python's groups from _grouped_in_arrow, or None."""
+    found = _grouped_in_arrow(node, change)
+    if found is None:
+        return None
+    grouped, scales = found
+    read = {name: grouped.column(name).to_pylist() for name in grouped.column_names}
+    group_keys = list(zip(*[read[f"__k{i}"] for i in range(len(node.keys))])) if node.keys else [()]
+    changed = [name for name in grouped.column_names if not name.startswith("__k")]
+    groups: dict[tuple, dict] = {}
     for row, key in enumerate(group_keys):
-        group = found[key] = {COUNT: read["__w_sum"][row], "__neg": read["__neg_max"][row]}
-        for i, agg in enumerate(folded):
-            if agg.func in ("count", "sum", "avg"):
-                group[f"{agg.name}__n"] = read[f"__n{i}_sum"][row]
-            if agg.func in ("sum", "avg"):
-                total = read[f"__s{i}_sum"][row]
-                group[f"{agg.name}__s"] = total if total is None or scales[i] is None else \
-                    decimal.Decimal(total).scaleb(-scales[i], EXACT)
-            if agg.func in ("min", "max"):
-                group[f"{agg.name}__m"] = read[f"__m{i}_{agg.func}"][row]
-                group[f"{agg.name}__neg"] = read[f"__mneg{i}_max"][row]
-    return found
+        groups[key] = {name: read[name][row] for name in changed}
+    for name, scale in scales.items():
+        if scale is not None:
+            for group in groups.values():
+                if group[name] is not None:
+                    group[name] = decimal.Decimal(group[name]).scaleb(-scale, EXACT)
+    return groups
 
 
 def use_count_changes(keys: list[str], arg: str, change: pa.Table) -> dict[tuple, int]:
@@ -397,6 +407,94 @@ def touched_rows(node: Aggregate, change: pa.Table, old: dict[tuple, dict], inpu
     return rows, schema
 
 
+def _decimals(digits: np.ndarray, decimal_type: DecimalType) -> pa.Array:
+    """DECIMAL(p, s) values from their int64 digits (unscaled by s): Arrow's 128-bit words, the
+    high one the low one's sign."""
+    words = np.empty(2 * len(digits), dtype=np.int64)
+    words[0::2], words[1::2] = digits, digits >> 63
+    return pa.Array.from_buffers(pa.decimal128(decimal_type.precision, decimal_type.scale), len(digits),
+                                 [None, pa.py_buffer(words.tobytes())])
+
+
+def touched_in_arrow(node: Aggregate, change: pa.Table, read_state, input_types: dict[str, DataType],
+                     types: dict[str, DataType]) -> tuple[pa.Table, StructType] | None:
+    """touched_rows in Arrow, column by column rather than group by group, where no group needs
+    a MIN/MAX recomputed and no COUNT(DISTINCT) is kept: the change grouped (_grouped_in_arrow),
+    each group's state row found by its key, and every sum added as int64 digits. `read_state`
+    gives, for a list of key tuples, the latest state rows of at least those keys (an Arrow
+    table, delta-rs's types) or None. None where this is the loop's (touched_rows) to compute,
+    which also decides what overflows: a sum past its type, a value past 64 bits of digits."""
+    if any(agg.distinct or agg.func == "other" for agg in node.aggs):
+        return None
+    found = _grouped_in_arrow(node, change)
+    if found is None:
+        return None
+    grouped, scales = found
+    extremes = [agg for agg in node.aggs if agg.func in ("min", "max")]
+    if any(pc.max(grouped.column(f"{agg.name}__neg")).as_py() for agg in extremes):
+        return None  # a MIN/MAX a delete touched is recomputed from the input
+    keys = [f"__k{i}" for i in range(len(node.keys))]
+    group_keys = key_tuples(grouped, keys) if keys else [()]
+    old = read_state(group_keys)
+    if old is None:
+        return None
+    names = {name.lower(): name for name in old.column_names}
+    if keys:
+        at = {key: i for i, key in enumerate(key_tuples(old, [names[k.lower()] for k in node.keys]))}
+        index = pa.array([at.get(key) for key in group_keys], pa.int64())
+    else:
+        index = pa.array([0 if old.num_rows else None], pa.int64())
+    before = old.take(index)
+    present = np.asarray(index.is_valid(), dtype=bool)
+    columns = [COUNT] + [s for agg in node.aggs for s in state_columns_of(agg)]
+    types = {COUNT: LongType(), **types}
+    schema = StructType([StructField(k, input_types[k]) for k in node.keys] +
+                        [StructField("n__" + s, types[s]) for s in columns] +
+                        [StructField("o__" + s, types[s]) for s in columns] +
+                        [StructField(name, IntegerType()) for name in ["__neg", *[f"{a.name}__neg" for a in extremes]]])
+    arrow = to_arrow_schema(schema)
+    out = {k: grouped.column(key) for k, key in zip(node.keys, keys)}
+    try:
+        olds = {s: before.column(names[s.lower()]).cast(arrow.field("o__" + s).type) for s in columns}
+        for column in columns:
+            was, step = olds[column], grouped.column(column)
+            if column.endswith("__m"):
+                pick = pc.min_element_wise if column[:-len("__m")] in {a.name for a in extremes if a.func == "min"} \
+                    else pc.max_element_wise
+                after = pick(was, step.cast(was.type))
+            elif column.endswith("__s"):
+                count = np.asarray(pc.fill_null(olds[column[:-len("__s")] + "__n"], 0))
+                if np.any(present & ~np.asarray(was.is_valid(), dtype=bool) & (count > 0)):
+                    return None  # the sum overflowed before: Spark's path refuses the step
+                total_type = types[column]
+                if isinstance(total_type, DecimalType):
+                    unscaled = _unscaled(was)
+                    if unscaled is None or unscaled[2] != scales[column] or total_type.scale != scales[column]:
+                        return None
+                    digits = unscaled[0]
+                    if len(digits) and max(int(digits.max()), -int(digits.min())) >= 2 ** 62:
+                        return None
+                    total = digits + np.asarray(pc.fill_null(step, 0))
+                    if total_type.precision < 19 and len(total) and \
+                            max(int(total.max()), -int(total.min())) >= 10 ** total_type.precision:
+                        return None
+                    after = _decimals(total, total_type)
+                elif isinstance(total_type, LongType) and scales[column] is None:
+                    after = pc.add_checked(pc.fill_null(was, 0), pc.fill_null(step.cast(pa.int64()), 0))
+                else:
+                    return None
+            else:
+                after = pc.add_checked(pc.fill_null(was, 0), step.cast(pa.int64()))
+            out["n__" + column] = after
+        out.update({"o__" + s: olds[s] for s in columns})
+        out["__neg"] = grouped.column("__neg")
+        out.update({f"{a.name}__neg": grouped.column(f"{a.name}__neg") for a in extremes})
+        return pa.Table.from_arrays([pa.array(out[f.name]).cast(f.type, safe=True) if isinstance(out[f.name], np.ndarray)
+                                     else out[f.name].cast(f.type, safe=True) for f in arrow], schema=arrow), schema
+    except (pa.ArrowException, KeyError, TypeError, ValueError, OverflowError):
+        return None
+
+
 def decimal_average(total: decimal.Decimal, count: int, result: DecimalType) -> decimal.Decimal:
     """AVG of a decimal as Spark's Average evaluates it from its buffer (DecimalDivideWithOverflowCheck):
     the sum divided by the count (Decimal division, 39 significant digits cut), rounded half-up to
@@ -422,36 +520,6 @@ def _averages(total: list, count: list, result: DataType) -> list:
     if not isinstance(result, DecimalType):
         raise _Unsupported
     return [None if not n else decimal_average(t, n, result) for t, n in zip(total, count)]
-
-
-def _visible(node: Aggregate, rows: pa.Table, prefix: str, schema: StructType) -> list[list] | None:
-    """Each aggregate's visible values from the state columns named `prefix + state column` of
-    `rows` (AggregateRule._finalize in Python), typed as `schema` says; None where an aggregate is
-    Spark's to finalize, _Unsupported where a value is."""
-    columns = []
-    for agg in node.aggs:
-        if agg.func == "count_star":
-            columns.append(rows.column(prefix + COUNT).to_pylist())
-        elif agg.func == "count":
-            columns.append(rows.column(f"{prefix}{agg.name}__n").to_pylist())
-        elif agg.func in ("sum", "avg"):
-            total = rows.column(f"{prefix}{agg.name}__s").to_pylist()
-            count = rows.column(f"{prefix}{agg.name}__n").to_pylist()
-            columns.append(_averages(total, count, schema[agg.name].dataType) if agg.func == "avg" else
-                           [None if not n else t for t, n in zip(total, count)])
-        elif agg.func in ("min", "max"):
-            columns.append(rows.column(f"{prefix}{agg.name}__m").to_pylist())
-        else:
-            return None
-    return columns
-
-
-def _typed(columns: list[list], schema: StructType) -> pa.Table | None:
-    arrow = to_arrow_schema(schema)
-    try:
-        return pa.table([pa.array(column, type=field.type) for column, field in zip(columns, arrow)], schema=arrow)
-    except (pa.ArrowException, TypeError, ValueError, OverflowError):
-        return None
 
 
 def finalized_state(node: Aggregate, state: pa.Table, schema: StructType) -> pa.Table | None:
@@ -487,31 +555,31 @@ def finalized_state(node: Aggregate, state: pa.Table, schema: StructType) -> pa.
 
 
 def finalized_rows(node: Aggregate, touched: pa.Table, schema: StructType) -> pa.Table | None:
-    """AggregateRule.delta over touched groups (touched_rows' columns) in Arrow: per group
-    -finalize(old state) where it existed, +finalize(new state) where it exists, with `schema`
-    (the keys, the aggregates' visible types, WEIGHT). COUNT, SUM, MIN and MAX are read off the
-    state; AVG of doubles as Spark divides them (IEEE, as Python does), of decimals as Spark's
-    Average does (decimal_average); another function is Spark's (None)."""
+    """AggregateRule.delta over touched groups (touched_rows' columns) in Arrow: finalized_state
+    of the old state of the groups that existed, weighted -1, and of the new state of those that
+    exist, weighted +1, with `schema` (the keys, the aggregates' visible types, WEIGHT); None
+    where an aggregate is Spark's to finalize."""
+    columns = [COUNT] + [s for agg in node.aggs for s in state_columns_of(agg)]
+    visible = StructType(schema.fields[:-1])
+    if node.keys:
+        existed = pc.fill_null(pc.greater(touched.column("o__" + COUNT), 0), False)
+        exists = pc.fill_null(pc.greater(touched.column("n__" + COUNT), 0), False)
+    else:  # a global aggregate's one row is always there
+        existed = pc.is_valid(touched.column("o__" + COUNT))
+        exists = pa.array([True] * touched.num_rows, pa.bool_())
+    parts = []
+    for prefix, weight, present in (("o__", -1, existed), ("n__", 1, exists)):
+        state = touched.filter(present).select([*node.keys, *[prefix + s for s in columns]]) \
+            .rename_columns([*node.keys, *columns])
+        rows = finalized_state(node, state, visible)
+        if rows is None:
+            return None
+        parts.append(rows.append_column(pa.field(WEIGHT, pa.int64()), pa.array([weight] * rows.num_rows, pa.int64())))
+    arrow = to_arrow_schema(schema)
     try:
-        old, new = _visible(node, touched, "o__", schema), _visible(node, touched, "n__", schema)
-    except _Unsupported:
+        return pa.concat_tables(parts).cast(arrow)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
         return None
-    if old is None or new is None:
-        return None
-    counts_before = touched.column("o__" + COUNT).to_pylist()
-    counts_after = touched.column("n__" + COUNT).to_pylist()
-    keys = [touched.column(k).to_pylist() for k in node.keys]
-    out: list[list] = [[] for _ in schema.names]
-    for i in range(touched.num_rows):
-        existed = counts_before[i] is not None and (counts_before[i] > 0 or not node.keys)
-        exists = counts_after[i] > 0 or not node.keys
-        for values, weight, present in ((old, -1, existed), (new, 1, exists)):
-            if not present:
-                continue
-            row = [key[i] for key in keys] + [column[i] for column in values] + [weight]
-            for column, value in zip(out, row):
-                column.append(value)
-    return _typed(out, schema)
 
 
 COUNT = "__count"

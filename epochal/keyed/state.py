@@ -115,6 +115,12 @@ class StateStore:
         data = self._raw_on_driver(name, keys[0] if keys else None, first_values(wanted) if keys else None)
         return latest_rows(data, keys, wanted, SEQ, DELETE_FLAG) if data is not None else None
 
+    def latest_table_of_keys(self, name: str, keys: list[str], wanted: list[tuple]) -> pa.Table | None:
+        """latest_on_driver as an Arrow table (delta-rs's types): the latest rows of at least the
+        `wanted` keys, not deleted; None where the rows are Spark's to read."""
+        data = self._raw_on_driver(name, keys[0] if keys else None, first_values(wanted) if keys else None)
+        return latest_table(_first_key_in(data, keys, wanted), keys, SEQ, DELETE_FLAG) if data is not None else None
+
     def latest_table_on_driver(self, name: str, keys: list[str], column: str | None = None,
                                wanted: tuple[tuple, bool] | None = None):
         """`read` on the driver as Arrow (delta-rs's types): every key's latest row when the state
@@ -149,6 +155,21 @@ def latest_rows(data: pa.Table, keys: list[str], wanted: list[tuple], seq: str, 
     `seq`, unless that row is a deletion. Keys match NULL-safely (None equals None), as Spark's
     join on the state does."""
     names = {c.lower(): c for c in data.column_names}
+    data = _first_key_in(data, keys, wanted)
+    wanted_set = set(wanted)
+    best: dict[tuple, dict] = {}
+    for row in data.to_pylist():
+        key = tuple(row[names[k.lower()]] for k in keys)
+        if key in wanted_set and (key not in best or row[names[seq.lower()]] > best[key][names[seq.lower()]]):
+            best[key] = row
+    flag = names[delete_flag.lower()]
+    return {key: row for key, row in best.items() if not row[flag]}
+
+
+def _first_key_in(data: pa.Table, keys: list[str], wanted: list[tuple]) -> pa.Table:
+    """The rows of `data` whose first key is one of the `wanted` keys' first values (all rows
+    where they do not compare)."""
+    names = {c.lower(): c for c in data.column_names}
     if keys and wanted:
         first = data.column(names[keys[0].lower()])
         values = [key[0] for key in wanted if key[0] is not None]
@@ -160,14 +181,7 @@ def latest_rows(data: pa.Table, keys: list[str], wanted: list[tuple], seq: str, 
             if any(key[0] is None for key in wanted):
                 mask = pc.or_(mask, pc.is_null(first))
             data = data.filter(pc.fill_null(mask, False))
-    wanted_set = set(wanted)
-    best: dict[tuple, dict] = {}
-    for row in data.to_pylist():
-        key = tuple(row[names[k.lower()]] for k in keys)
-        if key in wanted_set and (key not in best or row[names[seq.lower()]] > best[key][names[seq.lower()]]):
-            best[key] = row
-    flag = names[delete_flag.lower()]
-    return {key: row for key, row in best.items() if not row[flag]}
+    return data
 
 
 def latest_table(data: pa.Table, keys: list[str], seq: str, delete_flag: str) -> pa.Table:

@@ -47,6 +47,7 @@ from ..driver.aggregates import (
     state_columns_of,
     state_types,
     sum_type,
+    touched_in_arrow,
     touched_rows,
     use_count_changes,
     weighs_exactly,
@@ -347,6 +348,11 @@ class AggregateRule(Rule):
         rows = spark_typed(rows, schema)
         if rows is None:
             return None
+        keys = list(node.keys)
+        columnar = touched_in_arrow(node, rows, lambda wanted: ctx.state.latest_table_of_keys(
+            ctx.state_name(node), keys, wanted), input_types, types)
+        if columnar is not None:
+            return hold(ctx.reads.local(ctx.spark, columnar[0], columnar[1]), columnar[0], exact=True)
         wanted = list(set(key_tuples(rows, list(node.keys)))) if node.keys else [()]
         old = ctx.state.latest_on_driver(ctx.state_name(node), list(node.keys), wanted)
         if old is None:
