@@ -46,6 +46,13 @@ def _delta_type(arrow: pa.DataType) -> PrimitiveType:
     raise TypeError(f"no Delta type for a record column of {arrow}")
 
 
+def _local(uri: str) -> str | None:
+    """The path of a data file's URI on a local file system, else None."""
+    if uri.startswith("file://"):
+        return uri.removeprefix("file://")
+    return uri if "://" not in uri else None
+
+
 @dataclass
 class RecordTable:
     """A Delta table of records with a key; records are only ever added, never changed."""
@@ -128,16 +135,16 @@ class RecordTable:
         version = table.version()
         if self._cache is not None and self._cache[0] == version:
             return self._cache[2]
-        dataset = table.to_pyarrow_dataset()
-        fragments = {fragment.path: fragment for fragment in dataset.get_fragments()}
-        if self._cache is not None and self._cache[1] <= fragments.keys():
-            added = [fragments[path] for path in fragments.keys() - self._cache[1]]
-            new = ds.FileSystemDataset(added, dataset.schema, dataset.format, dataset.filesystem).to_table() \
+        files = frozenset(table.file_uris())  # the log's list; a dataset costs a listing of its own
+        if self._cache is not None and self._cache[1] <= files and all(_local(uri) for uri in files):
+            added = sorted(files - self._cache[1])
+            schema = pa.schema(table.schema().to_arrow())
+            new = ds.dataset([_local(uri) for uri in added], schema=schema, format="parquet").to_table() \
                 if added else None
             rows = self._cache[2] + (new.to_pylist() if new is not None else [])
         else:
-            rows = dataset.to_table().to_pylist()
-        self._cache = (version, frozenset(fragments), rows)
+            rows = table.to_pyarrow_dataset().to_table().to_pylist()
+        self._cache = (version, files, rows)
         return rows
 
     def insert_if_absent(self, records: list[dict]) -> list[tuple[bool, dict]]:
