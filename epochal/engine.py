@@ -465,12 +465,13 @@ class Engine:
         confs = engine_confs(self.spark)
         # a Connect client has no child sessions: its steps run one after another on the server
         if self.parallelism <= 1 or len(names) == 1 or is_connect(self.spark):
-            env = self._environment(self.spark, reads)
             with session_confs(self.spark, confs):
+                env = self._environment(self.spark, reads, settings.current(self.spark))
                 return [protocol.run(env, self.table(name), epoch, full_refresh=full_refresh) for name in names]
         reports: dict[str, Report] = {}
         pending, running, errors = list(names), {}, []
         caller_settings = settings.current(self.spark)
+        step_settings = {**caller_settings, **{k: v for k, v in confs.items() if k in settings.RESULT_SETTINGS}}
         with ThreadPoolExecutor(max_workers=self.parallelism, thread_name_prefix="epochal") as pool:
             while (pending and not errors) or running:
                 busy = set(pending) | set(running.values())
@@ -481,7 +482,7 @@ class Engine:
                     settings.apply(caller_settings, session)
                     for key, value in confs.items():
                         session.conf.set(key, value)
-                    env = self._environment(session, reads)
+                    env = self._environment(session, reads, step_settings)
                     running[pool.submit(protocol.run, env, self.table(name), epoch, full_refresh=full_refresh)] = name
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
                 for future in done:
@@ -494,15 +495,18 @@ class Engine:
             raise errors[0]
         return [reports[name] for name in names]
 
-    def _environment(self, spark: SparkSession, reads: SharedReads | None) -> Environment:
-        """What one table's step sees of the engine: `spark`, its own session, and `reads`, shared
-        by the steps of its refresh."""
+    def _environment(self, spark: SparkSession, reads: SharedReads | None,
+                     step_settings: dict | None = None) -> Environment:
+        """What one table's step sees of the engine: `spark`, its own session, `reads`, shared by
+        the steps of its refresh, and `step_settings`, the result settings `spark` was given
+        (read once per refresh, not per step)."""
         return Environment(
             spark=spark, reads=reads, storage_options=self.storage_options, driver_rows=self.driver_rows,
             broadcast_rows=self.broadcast_rows, cost_model=self.cost_model, run_id=self.run_id,
             arrangements=self.arrangements, keyed_files=self.keyed_files, triggers=self.triggers,
             invalidation=self.invalidation, remap=self.remap, sources=self.sources, table=self.table,
             schema_of=functools.partial(self._schema_in, reads), path_of=self.path_of, upkeep=self.upkeep,
+            settings=step_settings,
             output_frame=lambda table, inputs, side: output_frame(spark, table, inputs, side, reads))
 
     def output_frame(self, table: Table, inputs: dict[str, InputRange], side: str) -> DataFrame:

@@ -66,3 +66,4 @@ class Environment:
     path_of: Callable[[str], str]
     output_frame: Callable[[Any, dict, str], DataFrame]  # (table, input ranges, side) -> its SQL in full
     upkeep: Upkeep = Upkeep()  # when state tables are compacted
+    settings: dict | None = None  # settings.current of `spark`, where the refresh read it once for every step

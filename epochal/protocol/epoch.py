@@ -200,7 +200,7 @@ def run(env: Environment, table, epoch: Epoch, *, full_refresh: bool = False) ->
     for r in inputs.values():
         if r.replaced is not None and env.arrangements is not None:  # they hold the old table's rows
             env.arrangements.forget(r.path)
-    now = settings.current(env.spark)  # decides the step and is recorded with it
+    now = env.settings if env.settings is not None else settings.current(env.spark)  # decides the step; recorded
     technique, reason = _decide(table, last, inputs, full_refresh, env, now)
     if technique == RESCAN and table.strict and reason != "FIRST_RUN":
         raise _strict_refusal(table, reason, epoch)
