@@ -60,6 +60,7 @@ from .storage.clock import clock_named
 from .storage.deltalog import DeltaLog
 from .storage.ledger import RESCAN, Ledger, Step
 from .storage.reclock import Epoch, Remap, Source
+from .storage.schemas import AnalysedSchemas
 from .storage.warehouse import Warehouse, check_name
 
 log = logging.getLogger("epochal")
@@ -158,6 +159,7 @@ class Engine:
         self.arranged: list[tuple[str, str, int, str, float]] = []  # the last refresh's: path, key, version, what, s
         self.arranged_reads: dict[tuple[str, str], dict[str, int]] = {}  # the last refresh's (Arrangements.take_served)
         self.arrangement_failures: collections.Counter = collections.Counter()  # (path, key) -> refreshes failed in a row
+        self.schemas = AnalysedSchemas(self.warehouse.local_folder("schemas"))
         self.keyed_files = KeyedFiles(storage_options, LocalCopies(self.warehouse.local_folder("local_copies"),
                                                                   warehouse=self.warehouse.root)) \
             if arrange_rows is not None else None  # keyed reads of arrangements and state tables
@@ -506,7 +508,7 @@ class Engine:
             arrangements=self.arrangements, keyed_files=self.keyed_files, triggers=self.triggers,
             invalidation=self.invalidation, remap=self.remap, sources=self.sources, table=self.table,
             schema_of=functools.partial(self._schema_in, reads), path_of=self.path_of, upkeep=self.upkeep,
-            settings=step_settings,
+            settings=step_settings, schemas=self.schemas,
             output_frame=lambda table, inputs, side: output_frame(spark, table, inputs, side, reads))
 
     def output_frame(self, table: Table, inputs: dict[str, InputRange], side: str) -> DataFrame:

@@ -19,6 +19,7 @@ from ..keyed.state import StateStore
 from ..metrics import Meter
 from ..reasons import refusals
 from ..rules import rule_for
+from ..storage.schemas import AnalysedSchemas
 
 
 def state_names(plan: Node, stateful: Callable[[Node], bool]) -> dict[int, str]:
@@ -46,6 +47,7 @@ class Context:
         broadcast_rows: int = 200_000,
         meter: Meter | None = None,
         reads: SharedReads | None = None,
+        schemas: AnalysedSchemas | None = None,
     ):
         self.spark = spark
         self.plan = plan
@@ -55,6 +57,7 @@ class Context:
         self.broadcast_rows = broadcast_rows
         self.meter = meter or Meter()
         self.reads = reads
+        self.schemas = schemas  # analysed schemas remembered across processes (rules.base.analysed_schema)
         self.rule_for = rule_for
         self.state_names = state_names(plan, lambda node: rule_for(node).stateful(node))
         self._deltas: dict[int, DataFrame | None] = {}

@@ -17,6 +17,7 @@ from ..keyed.keyed_files import KeyedFiles
 from ..keyed.shared_reads import SharedReads
 from ..keyed.upkeep import Upkeep
 from ..storage.reclock import Remap
+from ..storage.schemas import AnalysedSchemas
 
 
 class Triggers:
@@ -66,4 +67,5 @@ class Environment:
     path_of: Callable[[str], str]
     output_frame: Callable[[Any, dict, str], DataFrame]  # (table, input ranges, side) -> its SQL in full
     upkeep: Upkeep = Upkeep()  # when state tables are compacted
+    schemas: AnalysedSchemas | None = None  # Spark's analysed schemas, remembered on this machine's disk
     settings: dict | None = None  # settings.current of `spark`, where the refresh read it once for every step

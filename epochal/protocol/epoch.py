@@ -373,7 +373,7 @@ def _compute_and_write_metered(env: Environment, table, step: Step, began: float
     plan = table.compiled.plan
     ctx = Context(spark, plan, inputs, state, rescan=step.technique == RESCAN,
                   broadcast_rows=env.broadcast_rows, meter=meter,
-                  reads=reads) if plan is not None else None
+                  reads=reads, schemas=env.schemas) if plan is not None else None
     change = rows = None
     try:
         if step.technique == INCREMENTAL:

@@ -106,11 +106,19 @@ def analysed_schema(ctx, key: tuple, apply: Callable[[DataFrame], DataFrame], sc
     """The schema of `apply` over rows of `schema`, as Spark's analysis types it: analysed once
     over an empty relation per `key` (what `apply` computes), input schema and the step's typing
     confs (`Context.typing_confs`), then remembered: the same operator runs every epoch, and a
-    frame computed on the driver needs its schema but not its Spark plan."""
+    frame computed on the driver needs its schema but not its Spark plan. Remembered by the
+    process, and on the machine's disk (`Context.schemas`, storage/schemas.py) for the next
+    process (a Dagster run is one), which would otherwise ask again for every operator."""
     key = (key, schema.json(), ctx.typing_confs)
     found = _ANALYSED.get(key)
     if found is None:
-        found = apply(empty_frame(ctx.spark, schema)).schema
+        remembered = ctx.schemas
+        question = (key, ctx.spark.version)
+        found = remembered.get(question) if remembered is not None else None
+        if found is None:
+            found = apply(empty_frame(ctx.spark, schema)).schema
+            if remembered is not None:
+                remembered.put(question, found)
         with _ANALYSED_LOCK:
             if len(_ANALYSED) >= 4096:
                 _ANALYSED.clear()
