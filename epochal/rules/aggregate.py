@@ -286,7 +286,6 @@ class AggregateRule(Rule):
     def _queue_state(self, node: Aggregate, ctx, touched: DataFrame) -> DataFrame:
         keys = list(node.keys)
         state_columns = [COUNT] + [s for a in node.aggs for s in state_columns_of(a)]
-        exists = (c("n__" + COUNT) > 0) | F.lit(not keys)
         held, rows = None, computed_rows(touched)
         if rows is not None:  # the same rows and check, in Arrow
             count = rows.column("n__" + COUNT)
@@ -299,6 +298,7 @@ class AggregateRule(Rule):
                  pc.less(count, 0), *overflowed],
                 names=[*keys, *state_columns, DELETE_FLAG, "__bad0", *[f"__bad{i + 1}" for i in range(len(sums))]])
         def new_state(frame: DataFrame) -> DataFrame:
+            exists = (c("n__" + COUNT) > 0) | F.lit(not keys)
             return frame.select(*[c(k) for k in keys], *[c("n__" + s).alias(s) for s in state_columns],
                                 (~exists).alias(DELETE_FLAG))
 
