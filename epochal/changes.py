@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
-from pyspark.sql.types import LongType, StructField, StructType
+from pyspark.sql.types import ArrayType, LongType, MapType, StructField, StructType
 
 from .arrow_rows import is_connect
 from .graph import WEIGHT
@@ -67,6 +67,19 @@ def rows_up_to(frame: DataFrame, limit: int) -> pa.Table | None:
     after limit + 1 rows."""
     rows = frame.limit(limit + 1).toArrow()
     return rows if rows.num_rows <= limit else None
+
+
+def atomic(schema: StructType) -> bool:
+    """Whether every column is of an atomic type (no struct, array or map)."""
+    return all(not isinstance(f.dataType, (StructType, ArrayType, MapType)) for f in schema.fields)
+
+
+def consolidated_schema(schema: StructType) -> StructType | None:
+    """consolidate's schema over rows of `schema` with atomic columns, as Spark's analysis gives
+    it (the grouped values as they are, the summed weight a nullable BIGINT); None otherwise."""
+    if not atomic(schema) or WEIGHT not in schema.names:
+        return None
+    return StructType([f for f in schema.fields if f.name != WEIGHT] + [StructField(WEIGHT, LongType(), True)])
 
 
 def consolidate(changes: DataFrame) -> DataFrame:

@@ -11,10 +11,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import LongType
+from pyspark.sql.types import LongType, StructField, StructType
 
 from ..arrow_rows import computed_rows, hold, lazy_frame, spark_typed
-from ..changes import consolidate, consolidate_rows, quoted, rows_up_to
+from ..changes import atomic, consolidate, consolidate_rows, consolidated_schema, quoted, rows_up_to
 from ..errors import StateInconsistent
 from ..graph import WEIGHT, walk
 from ..rules.base import analysed_schema
@@ -29,7 +29,7 @@ def consolidated(ctx: Context, rows: DataFrame) -> DataFrame:
     the driver (consolidated there when collected), a frame Spark plans only if a write needs it."""
     if computed_rows(rows) is None:
         return consolidate(rows)
-    schema = analysed_schema(ctx, ("consolidate",), consolidate, rows.schema)
+    schema = consolidated_schema(rows.schema) or analysed_schema(ctx, ("consolidate",), consolidate, rows.schema)
     return lazy_frame(ctx.spark, lambda: consolidate(rows).persist(), schema)
 
 
@@ -46,19 +46,35 @@ def incremental_rows(table, ctx: Context) -> DataFrame:
     _require_state_writes(ctx)
 
     def output_of(frame: DataFrame) -> DataFrame:
-        return frame.select(*[F.col(quoted(internal)).cast(field.dataType).alias(field.name)
-                              for internal, field in zip(plan.columns, table.schema.fields)], F.col(WEIGHT))
+        return output_frame_of(frame, plan.columns, table.schema)
 
     held = computed_rows(root)
     types = {f.name: f.dataType for f in root.schema.fields} if held is not None else {}
     if held is not None and all(types.get(internal) == field.dataType
                                 for internal, field in zip(plan.columns, table.schema.fields)):
         # computed on the driver already, in the table's types: the same rows, without a Spark plan
-        schema = analysed_schema(ctx, ("output", tuple(plan.columns), table.schema.json()), output_of, root.schema)
+        schema = output_schema(plan.columns, table.schema, root.schema) or analysed_schema(
+            ctx, ("output", tuple(plan.columns), table.schema.json()), output_of, root.schema)
         typed = spark_typed(held.select([*plan.columns, WEIGHT]).rename_columns(schema.names), schema)
         if typed is not None:
             return hold(lazy_frame(ctx.spark, lambda: output_of(root), schema), typed, exact=True)
     return output_of(root)
+
+
+def output_frame_of(frame: DataFrame, columns, table: StructType) -> DataFrame:
+    """The plan's root columns named and typed as the table's, with WEIGHT."""
+    return frame.select(*[F.col(quoted(internal)).cast(field.dataType).alias(field.name)
+                          for internal, field in zip(columns, table.fields)], F.col(WEIGHT))
+
+
+def output_schema(columns, table: StructType, root: StructType) -> StructType | None:
+    """The output's schema (incremental_rows' output_of) where each of its atomic columns is
+    already of the table's type, as Spark's analysis gives it: a cast to a column's own type
+    keeps its nullability; None otherwise."""
+    if not atomic(table) or any(root[internal].dataType != field.dataType for internal, field in zip(columns, table.fields)):
+        return None
+    return StructType([StructField(field.name, field.dataType, root[internal].nullable)
+                       for internal, field in zip(columns, table.fields)] + [root[WEIGHT]])
 
 
 def _require_state_writes(ctx: Context) -> None:

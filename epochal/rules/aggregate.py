@@ -89,6 +89,22 @@ def _needs_recompute(agg: AggCall) -> bool:
     return agg.func in ("min", "max", "other")
 
 
+def new_state(touched: DataFrame, keys: list[str], state_columns: list[str]) -> DataFrame:
+    """The touched groups' new state rows, a group whose count fell to zero flagged deleted."""
+    exists = (c("n__" + COUNT) > 0) | F.lit(not keys)
+    return touched.select(*[c(k) for k in keys], *[c("n__" + s).alias(s) for s in state_columns],
+                          (~exists).alias(DELETE_FLAG))
+
+
+def new_state_schema(keys: list[str], state_columns: list[str], touched: StructType) -> StructType:
+    """The schema of _queue_state's new state over touched groups of schema `touched`, as Spark's
+    analysis gives it: the keys and new state columns as they are, the delete flag nullable where
+    the new count is."""
+    return StructType([StructField(k, touched[k].dataType, touched[k].nullable) for k in keys] +
+                      [StructField(s, touched["n__" + s].dataType, touched["n__" + s].nullable) for s in state_columns] +
+                      [StructField(DELETE_FLAG, BooleanType(), touched["n__" + COUNT].nullable)])
+
+
 class AggregateRule(Rule):
     operator = Aggregate
     rule = "new state = old state + γ(d); emit -finalize(old), +finalize(new) per touched group"
@@ -297,17 +313,11 @@ class AggregateRule(Rule):
                 [*[rows.column(k) for k in keys], *[rows.column("n__" + s) for s in state_columns], gone,
                  pc.less(count, 0), *overflowed],
                 names=[*keys, *state_columns, DELETE_FLAG, "__bad0", *[f"__bad{i + 1}" for i in range(len(sums))]])
-        def new_state(frame: DataFrame) -> DataFrame:
-            exists = (c("n__" + COUNT) > 0) | F.lit(not keys)
-            return frame.select(*[c(k) for k in keys], *[c("n__" + s).alias(s) for s in state_columns],
-                                (~exists).alias(DELETE_FLAG))
-
         if held is not None:  # Spark's frame only if the state is written by Spark
-            schema = analysed_schema(ctx, ("new state", tuple(keys), tuple(state_columns)), new_state,
-                                     touched.schema)
-            merged = lazy_frame(ctx.spark, lambda: new_state(touched), schema)
+            schema = new_state_schema(keys, state_columns, touched.schema)
+            merged = lazy_frame(ctx.spark, lambda: new_state(touched, keys, state_columns), schema)
         else:
-            merged = new_state(touched)
+            merged = new_state(touched, keys, state_columns)
         ctx.state.merge(
             ctx.state_name(node),
             merged,
@@ -531,34 +541,69 @@ class AggregateRule(Rule):
         return touched.drop(*[f"r__{a.name}" for a in needing], *["r__k_" + k for k in keys])
 
     def delta(self, node: Aggregate, ctx) -> DataFrame:
-        keys = list(node.keys)
         touched = self._touched(node, ctx)
-        glob = not keys
 
         def change_of(frame: DataFrame) -> DataFrame:  # Spark's columns built only where Spark computes
-            existed = c("o__" + COUNT).isNotNull() & ((c("o__" + COUNT) > 0) | F.lit(glob))
-            exists = (c("n__" + COUNT) > 0) | F.lit(glob)
-            old_rows = frame.filter(existed).select(
-                *[c(k) for k in keys], *self._finalize(node, ctx, "o__"), F.lit(-1).cast(LongType()).alias(WEIGHT)
-            )
-            new_rows = frame.filter(exists).select(
-                *[c(k) for k in keys], *self._finalize(node, ctx, "n__"), F.lit(1).cast(LongType()).alias(WEIGHT)
-            )
-            return old_rows.unionByName(new_rows)
+            return self._change_of(node, ctx, frame)
 
         if held_exactly(touched):
             # left unconsolidated (a group whose visible row did not change cancels where the
             # step's change is consolidated, on the driver), which spares the shuffle
             rows = computed_rows(touched)
             if rows is not None:
-                schema = analysed_schema(ctx, ("aggregate change", self._described(node, ctx)), change_of,
-                                         touched.schema)
+                schema = self._change_schema(node, ctx, touched.schema) or analysed_schema(
+                    ctx, ("aggregate change", self._described(node, ctx)), change_of, touched.schema)
                 finalized = finalized_rows(node, rows, schema)
                 if finalized is not None:  # computed in Arrow: a local relation, no Spark plan
                     return hold(ctx.reads.local(ctx.spark, finalized, schema), finalized, exact=True)
             change = change_of(touched)
             return hold(change, change.toArrow, exact=True)  # Spark's, collected if asked for
         return consolidate(change_of(touched))
+
+    def _change_of(self, node: Aggregate, ctx, touched: DataFrame) -> DataFrame:
+        """Per touched group, -finalize(old state) where it existed, +finalize(new state) where it exists."""
+        keys, glob = list(node.keys), not node.keys
+        existed = c("o__" + COUNT).isNotNull() & ((c("o__" + COUNT) > 0) | F.lit(glob))
+        exists = (c("n__" + COUNT) > 0) | F.lit(glob)
+        old_rows = touched.filter(existed).select(
+            *[c(k) for k in keys], *self._finalize(node, ctx, "o__"), F.lit(-1).cast(LongType()).alias(WEIGHT)
+        )
+        new_rows = touched.filter(exists).select(
+            *[c(k) for k in keys], *self._finalize(node, ctx, "n__"), F.lit(1).cast(LongType()).alias(WEIGHT)
+        )
+        return old_rows.unionByName(new_rows)
+
+    def _change_schema(self, node: Aggregate, ctx, touched: StructType) -> StructType | None:
+        """The schema of _change_of over touched groups of schema `touched`, as Spark's analysis
+        gives it (_visible_schema of both states, the weight); None where a type is Spark's to say."""
+        visible = self._visible_schema(node, ctx, touched, ("o__", "n__"))
+        return StructType(visible.fields + [StructField(WEIGHT, LongType(), False)]) if visible is not None else None
+
+    def _visible_schema(self, node: Aggregate, ctx, schema: StructType, prefixes: tuple[str, ...]) -> StructType | None:
+        """The keys and _finalize's values over state columns named `prefix + state column` in
+        `schema`, as Spark's analysis types them, from the types _finalize casts to (asking Spark
+        costs a plan analysed over an empty relation: a new process's first epoch asked about a
+        hundred times); a column read from several prefixes (a union of their rows) is nullable
+        where one is. None where a type is Spark's to say. Held against Spark's analysis by
+        tests/test_analysed_schemas.py."""
+        def nullable(name: str) -> bool:
+            return any(schema[prefix + name].nullable for prefix in prefixes)
+
+        fields = [StructField(k, schema[k].dataType, schema[k].nullable) for k in node.keys]
+        for agg in node.aggs:
+            if agg.func in ("count_star", "count", "min", "max"):
+                column = COUNT if agg.func == "count_star" else f"{agg.name}__n" if agg.func == "count" else f"{agg.name}__m"
+                fields.append(StructField(agg.name, schema[prefixes[-1] + column].dataType, nullable(column)))
+            elif agg.func == "sum" and sum_type(self._input_type(node, ctx, agg.arg)) is not None:
+                fields.append(StructField(agg.name, self._sum_type(node, ctx, agg), True))
+            elif agg.func == "avg" and isinstance(self._input_type(node, ctx, agg.arg), (
+                    DecimalType, IntegralType, DoubleType, FloatType)):
+                arg_type = self._input_type(node, ctx, agg.arg)
+                fields.append(StructField(agg.name, DecimalType(min(38, arg_type.precision + 4), min(38, arg_type.scale + 4))
+                                          if isinstance(arg_type, DecimalType) else DoubleType(), True))
+            else:
+                return None
+        return StructType(fields)
 
     def _described(self, node: Aggregate, ctx) -> tuple:
         """What the aggregate computes, as a key of the schemas analysed once (analysed_schema)."""
@@ -605,7 +650,8 @@ class AggregateRule(Rule):
             state = pa.concat_tables([state, new.cast(state.schema)])
         state = state.combine_chunks()
         finalize = lambda frame: frame.select(*[c(k) for k in groups], *self._finalize(node, ctx, ""))  # noqa: E731
-        visible = analysed_schema(ctx, ("aggregate snapshot", self._described(node, ctx)), finalize, schema)
+        visible = self._visible_schema(node, ctx, schema, ("",)) or \
+            analysed_schema(ctx, ("aggregate snapshot", self._described(node, ctx)), finalize, schema)
         rows = finalized_state(node, state, visible)
         if rows is not None:  # computed in Arrow: Spark plans it only if an operator above needs it
             return hold(lazy_frame(ctx.spark, lambda: finalize(ctx.reads.local(ctx.spark, state, schema)), visible),
