@@ -11,6 +11,15 @@ seconds over the profiled epochs (the first epoch is not profiled).
 `--cold` empties the OS page cache before each profiled step (needs root), as a step meets it
 after a full recompute has read gigabytes through Spark.
 
+Where the driver holds Python's GIL (steps beside each other wait for it): `--parallelism 2`
+runs the unprofiled epochs as the benchmark does, and py-spy (`pip install py-spy`, not a
+dependency) samples the threads holding the GIL from the line "first epoch" on, for as long as
+the epochs take:
+
+    .venv/bin/python -m bench.step_profile 1 $(seq 1 22) --epochs 0 --unprofiled 3 --together \
+        --parallelism 2 --source-writer spark &
+    py-spy record --gil --pid $! --duration 30 --format raw -o gil.txt   # once it prints "first epoch"
+
 EPOCHAL_JOB_NAMES=1 lists each step's Spark jobs by name. `--callers pyspark` lists which engine lines call into a library (pyspark, py4j, deltalake,
 pyarrow), with the seconds spent under them.
 """
@@ -39,6 +48,8 @@ def main(argv=None) -> None:
     parser.add_argument("--work", default="/tmp/epochal-bench")
     parser.add_argument("--source-writer", choices=("delta-rs", "spark"), default="delta-rs",
                         help="who commits the change batches (the bench's --source-writer)")
+    parser.add_argument("--parallelism", type=int, default=1,
+                        help="steps at once in the unprofiled epochs (the profiled ones run one at a time)")
     parser.add_argument("--cold", action="store_true", help="empty the OS page cache before each profiled step")
     parser.add_argument("--together", action="store_true",
                         help="one refresh of every named table per epoch (one at a time, sharing the refresh's "
@@ -50,8 +61,8 @@ def main(argv=None) -> None:
                         help="also write the profile here (pstats format), to ask afterwards who calls what: "
                              "python -c \"import pstats; pstats.Stats('FILE').print_callers('open')\"")
     arguments = parser.parse_args(argv)
-    if arguments.epochs < 1:
-        parser.error("--epochs must be at least 1 (the profiled epochs)")
+    if arguments.epochs < 0:
+        parser.error("--epochs must be at least 0 (the profiled epochs)")
 
     from bench.__main__ import LOADED_AT, _engine, _session, _warehouse
     from ops.changes import ChangeGenerator
@@ -63,7 +74,7 @@ def main(argv=None) -> None:
     engine.parallelism = 1  # steps on the main thread, where cProfile sees them
     began = time.perf_counter()
     engine.refresh(until=LOADED_AT + timedelta(minutes=15))
-    print(f"first epoch: {time.perf_counter() - began:.1f} s")
+    print(f"first epoch: {time.perf_counter() - began:.1f} s", flush=True)
     generator = ChangeGenerator(spark, root, seed=11, fraction=arguments.fraction,
                                 writer=arguments.source_writer)
     profile = cProfile.Profile(time.perf_counter)
@@ -74,6 +85,7 @@ def main(argv=None) -> None:
         for batch in [names] if arguments.together else [[name] for name in names]:
             if profiled and arguments.cold:
                 _empty_page_cache()
+            engine.parallelism = 1 if profiled else arguments.parallelism
             if profiled:
                 profile.enable()
             began = time.perf_counter()
@@ -90,6 +102,8 @@ def main(argv=None) -> None:
                       f"commits {cost.get('delta_commits')}")
                 for job in cost.get("spark_job_names", []):  # with EPOCHAL_JOB_NAMES=1
                     print(f"    job: {job}")
+    if not arguments.epochs:
+        return
     stats = pstats.Stats(profile)
     if arguments.dump:
         stats.dump_stats(arguments.dump)
