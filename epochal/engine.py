@@ -474,6 +474,8 @@ class Engine:
         pending, running, errors = list(names), {}, []
         caller_settings = settings.current(self.spark)
         step_settings = {**caller_settings, **{k: v for k, v in confs.items() if k in settings.RESULT_SETTINGS}}
+        defaults = settings.current(self.spark.newSession())  # what every child session starts from
+        differing = {k: v for k, v in caller_settings.items() if v != defaults.get(k)}
         with ThreadPoolExecutor(max_workers=self.parallelism, thread_name_prefix="epochal") as pool:
             while (pending and not errors) or running:
                 busy = set(pending) | set(running.values())
@@ -481,7 +483,7 @@ class Engine:
                 for name in ready:
                     pending.remove(name)
                     session = self.spark.newSession()
-                    settings.apply(caller_settings, session)
+                    settings.apply(differing, session)  # a setting at its default is left as it is
                     for key, value in confs.items():
                         session.conf.set(key, value)
                     env = self._environment(session, reads, step_settings)

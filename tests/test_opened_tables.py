@@ -1,6 +1,7 @@
 """Delta tables kept open per thread (epochal/storage/deltalog.py, `opened`) read as a fresh open
 would: a later commit is seen, a table deleted and created again is not mistaken for the old one
-(its id, schema and versions are the new table's), and a DeltaLog keeps what it read when opened."""
+(its id, schema, versions and commits are the new table's), and a DeltaLog keeps what it read
+when opened."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ def test_a_table_kept_open_sees_later_commits_and_a_recreated_table(tmp_path):
     _write(path, [3])
     assert opened(path).version() == 2 and opened(path).to_pyarrow_table().num_rows == 3
 
+    before = DeltaLog(path).commits(0)  # kept by the process from here on
     shutil.rmtree(path)  # deleted and created again, to a version the old table also had
     write_deltalake(path, pa.table({"y": pa.array(["a"])}))
     write_deltalake(path, pa.table({"y": pa.array(["b"])}), mode="append")
@@ -35,6 +37,10 @@ def test_a_table_kept_open_sees_later_commits_and_a_recreated_table(tmp_path):
     assert again.version() == 2 and again.metadata().id != old_id
     assert again.metadata().id == DeltaTable(path).metadata().id
     assert again.to_pyarrow_table().column_names == ["y"]
+    fresh = sorted(DeltaTable(path).history(), key=lambda entry: entry["version"])
+    assert [c.timestamp_ms for c in DeltaLog(path).commits(0)] == \
+        [int(e.get("inCommitTimestamp") or e["timestamp"]) for e in fresh]
+    assert len(before) == 3
 
     shutil.rmtree(path)  # and to fewer versions
     _write(path, [9])

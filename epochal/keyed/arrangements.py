@@ -65,7 +65,7 @@ from ..graph import WEIGHT
 from ..sessions import session_confs
 from ..storage.commit_lock import commit_lock
 from ..storage.commits import aligned, writer_properties
-from ..storage.deltalog import DeltaLog, delta_rs_reads_alike, opened
+from ..storage.deltalog import DeltaLog, dataset_of, delta_rs_reads_alike, opened
 from ..storage.warehouse import within
 from .file_pruning import files_holding
 from .keyed_files import KeyedFiles
@@ -343,7 +343,7 @@ class Arrangements:
         at_most = None if limit is None else limit + cancelled
         try:
             table = opened(self.path(source, key), self.storage_options, commit.version)
-            dataset = table.to_pyarrow_dataset()
+            dataset = dataset_of(table)
             names = {n.lower(): n for n in dataset.schema.names}
             field = names[key.lower()]
             selected = [names[c.lower()] for c in columns] + [WEIGHT]

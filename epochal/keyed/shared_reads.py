@@ -39,7 +39,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 from ..arrow_rows import key_kind, lazy_frame
 from ..changes import consolidate_rows, feed_weights
 from ..graph import WEIGHT
-from ..storage.deltalog import changed_rows, delta_rs_reads_alike, opened
+from ..storage.deltalog import changed_rows, dataset_of, delta_rs_reads_alike, opened
 from .arrangements import TooManyRows
 from .file_pruning import files_holding
 from .keyed_files import KeyedFiles, filtered_batches
@@ -217,7 +217,7 @@ class SharedReads:
         table = self.table_at(path, version)
         if not delta_rs_reads_alike(table):
             return None
-        dataset = table.to_pyarrow_dataset()
+        dataset = dataset_of(table)
         names = {name.lower(): name for name in dataset.schema.names}
         return table, dataset, self._read_columns(path, dataset.schema.names, field), \
             dataset.schema.field(names[field.lower()])

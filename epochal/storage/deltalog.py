@@ -52,6 +52,8 @@ def commit_stamp(uri: str, version: int) -> tuple[int, int, int] | None:
 
 
 _OPENED = threading.local()
+_COMMITS: dict[tuple, "Commit"] = {}  # (uri, version, commit_stamp) -> the commit (DeltaLog.commits)
+_COMMITS_LOCK = threading.Lock()
 _KEPT = 64  # tables a thread keeps open
 
 
@@ -89,6 +91,24 @@ def opened(uri: str, storage_options: dict[str, str] | None = None, version: int
     return table
 
 
+def dataset_of(table: DeltaTable):
+    """`table.to_pyarrow_dataset()`, kept by each thread for the table object (as `opened` keeps
+    it) while its version stays the same: building one makes a fragment per data file in Python,
+    and a refresh reads the same arrangement and state versions by key many times."""
+    held = getattr(_OPENED, "datasets", None)
+    if held is None:
+        held = _OPENED.datasets = {}
+    version = table.version()
+    found = held.get(id(table))
+    if found is not None and found[0] is table and found[1] == version:
+        return found[2]
+    dataset = table.to_pyarrow_dataset()
+    if len(held) >= _KEPT:
+        held.clear()
+    held[id(table)] = (table, version, dataset)  # the table held keeps its id from being reused
+    return dataset
+
+
 class DeltaLog:
     """One table's log as of when it was opened: its version, id, schema and properties are read
     then, so that a later open of the same table (the same object, brought forward: `opened`)
@@ -110,16 +130,29 @@ class DeltaLog:
             return None
 
     def commits(self, start: int, end: int | None = None) -> list[Commit]:
-        """Commits with start <= version <= end (default: the version opened), oldest first."""
+        """Commits with start <= version <= end (default: the version opened), oldest first.
+        Each is read once per process (delta-rs's history parses every entry it returns in
+        Python) and kept while its log entry's file is the same (`commit_stamp`, local tables)."""
         end = self.version if end is None else end
         if end < start:
             return []
+        stamps = {version: commit_stamp(self.uri, version) for version in range(start, end + 1)}
+        kept = {version: _COMMITS.get((self.uri, version, stamp)) for version, stamp in stamps.items()
+                if stamp is not None}
+        if len(kept) == len(stamps) and all(commit is not None for commit in kept.values()):
+            return [kept[version] for version in range(start, end + 1)]
         found = []
         for entry in self._table.history(limit=self._table.version() - start + 1):
             version = entry.get("version")
             if version is None or not start <= version <= end:
                 continue
-            found.append(Commit.of_entry(entry))
+            commit = Commit.of_entry(entry)
+            found.append(commit)
+            if stamps.get(version) is not None:
+                with _COMMITS_LOCK:
+                    if len(_COMMITS) >= 8192:
+                        _COMMITS.clear()
+                    _COMMITS[(self.uri, version, stamps[version])] = commit
         return sorted(found, key=lambda commit: commit.version)
 
     @property
