@@ -8,7 +8,9 @@ from __future__ import annotations
 import threading
 from typing import Callable
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -26,6 +28,70 @@ def key_type(data_type: DataType) -> bool:
 def key_tuples(rows: pa.Table, columns: list[str]) -> list[tuple]:
     """Each row's values of `columns` as a tuple (None equals None: a NULL-safe match)."""
     return list(zip(*[rows.column(c).to_pylist() for c in columns]))
+
+
+def key_codes(*keyed: tuple[pa.Table, list[str]]) -> list[np.ndarray]:
+    """Per (table, key columns), one int64 per row, equal across the tables exactly where the
+    rows' key tuples are equal (None equals None, as key_tuples): the key columns dictionary
+    encoded by Arrow, which leaves the GIL, rather than a Python tuple per row. Columns of one
+    key kind (key_kind) are cast to one type first; other columns are matched as key_tuples."""
+    try:
+        return _codes_in_arrow(keyed)
+    except (pa.ArrowException, TypeError, ValueError):
+        seen: dict[tuple, int] = {}
+        return [np.fromiter((seen.setdefault(key, len(seen)) for key in key_tuples(rows, columns)),
+                            dtype=np.int64, count=rows.num_rows) for rows, columns in keyed]
+
+
+_COMMON_TYPE = {"integer": pa.int64(), "string": pa.large_string(), "date": pa.date32(), "boolean": pa.bool_()}
+
+
+def _codes_in_arrow(keyed) -> list[np.ndarray]:
+    lengths = [rows.num_rows for rows, _ in keyed]
+    combined = np.zeros(sum(lengths), dtype=np.int64)
+    for i in range(len(keyed[0][1])):
+        parts = [rows.column(columns[i]) for rows, columns in keyed]
+        if len({part.type for part in parts}) > 1:
+            kinds = {key_kind(part.type) for part in parts}
+            if len(kinds) > 1:
+                raise TypeError(f"key columns of different kinds: {kinds}")
+            kind = kinds.pop()
+            common = _COMMON_TYPE.get(kind) or (
+                pa.decimal128(38, max(part.type.scale for part in parts)) if kind == "decimal" else None)
+            if common is None:
+                raise TypeError(f"no common type for key columns of {kind}")
+            parts = [part.cast(common) for part in parts]
+        chunks = [chunk for part in parts for chunk in part.chunks]
+        values = pa.concat_arrays(chunks) if chunks else pa.array([], parts[0].type)
+        encoded = pc.dictionary_encode(values, null_encoding="encode")
+        size = max(len(encoded.dictionary), 1)
+        if len(combined) and int(combined.max()) >= 2 ** 62 // size:
+            combined = np.unique(combined, return_inverse=True)[1].astype(np.int64)
+        combined = combined * size + np.asarray(encoded.indices, dtype=np.int64)
+    return np.split(combined, np.cumsum(lengths)[:-1])
+
+
+def keys_in(rows: pa.Table, columns: list[str], among: pa.Table, among_columns: list[str]) -> np.ndarray:
+    """Whether each row's key tuple is one of `among`'s (None equals None), as a boolean mask."""
+    codes, wanted = key_codes((rows, columns), (among, among_columns))
+    return np.isin(codes, wanted)
+
+
+def first_of_each_key(rows: pa.Table, columns: list[str]) -> np.ndarray:
+    """The positions, ascending, of each key tuple's first row (None equals None)."""
+    return np.sort(np.unique(key_codes((rows, columns))[0], return_index=True)[1])
+
+
+def positions_of(rows: pa.Table, columns: list[str], among: pa.Table, among_columns: list[str]) -> pa.Array:
+    """For each row, the position of the row of `among` with the same key tuple (None equals
+    None; `among`'s keys unique), or NULL where there is none."""
+    codes, held = key_codes((rows, columns), (among, among_columns))
+    order = np.argsort(held, kind="stable")
+    at = np.searchsorted(held[order], codes)
+    found = at < len(held)
+    found[found] = held[order][at[found]] == codes[found]
+    return pa.array(np.where(found, order[np.minimum(at, max(len(held) - 1, 0))] if len(held) else 0, 0),
+                    mask=~found, type=pa.int64())
 
 
 def first_values(keys) -> tuple[tuple, bool] | None:

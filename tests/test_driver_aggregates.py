@@ -17,14 +17,15 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import DecimalType, DoubleType, LongType, StructField, StructType
 
 from epochal.driver.aggregates import (
-    _folded_in_arrow,
     _group_in_python,
     _Unsupported,
     adds_exactly,
     decimal_average,
     distinct_transitions,
     finalized_state,
+    folded_groups,
     group_change,
+    grouped_in_arrow,
     state_types,
     sum_type,
     touched_in_arrow,
@@ -246,9 +247,9 @@ def test_changes_grouped_in_arrow_are_the_row_loops(data, kinds, value):
     assert group_change(node, change) == looped
     wide = value == "decimal(38,10)" and any(r[-2] == Decimal("1E+20") for r in rows)
     if value == "double" or wide:
-        assert _folded_in_arrow(node, change) is None
+        assert grouped_in_arrow(node, change) is None
     else:
-        assert _folded_in_arrow(node, change) == looped
+        assert folded_groups(node, grouped_in_arrow(node, change)) == looped
 
 
 TOUCHED_VALUES = {"bigint": (LongType(), st.integers(-(2 ** 40), 2 ** 40)),
@@ -291,7 +292,7 @@ def test_touched_groups_in_arrow_are_the_loops(data, value, global_, extremes):
     state_table = pa.Table.from_pylist(state_rows, schema=state_schema)
     old = {((r["g"],) if keys else ()): {k: v for k, v in r.items() if k != "g"} for r in state_rows}
     looped = touched_rows(node, change, old, input_types, types, lambda groups: None)
-    columnar = touched_in_arrow(node, change, lambda wanted: state_table, input_types, types)
+    columnar = touched_in_arrow(node, grouped_in_arrow(node, change), lambda wanted: state_table, input_types, types)
     deleted_extreme = extremes and any(r[1] is not None and r[2] < 0 for r in rows)
     if looped is None or deleted_extreme:
         assert columnar is None

@@ -42,7 +42,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from ..arrow_rows import key_tuples, key_type
+from ..arrow_rows import key_tuples, key_type, positions_of
 from ..graph import WEIGHT, AggCall, Aggregate
 
 LONG_MIN, LONG_MAX = -(2 ** 63), 2 ** 63 - 1
@@ -148,8 +148,8 @@ def state_types(node: Aggregate, input_types: dict[str, DataType]) -> dict[str, 
 def group_change(node: Aggregate, change: pa.Table) -> dict[tuple, dict]:
     """AggregateRule._grouped_change on the driver: per group key, COUNT (the weights' sum),
     __neg, and each aggregate's change columns; grouped by Arrow where it is exact, else a loop."""
-    folded = _folded_in_arrow(node, change)
-    return folded if folded is not None else _group_in_python(node, change)
+    grouped = grouped_in_arrow(node, change)
+    return folded_groups(node, grouped) if grouped is not None else _group_in_python(node, change)
 
 
 def _group_in_python(node: Aggregate, change: pa.Table) -> dict[tuple, dict]:
@@ -212,7 +212,7 @@ def _unscaled(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarra
     return low, valid, array.type.scale
 
 
-def _grouped_in_arrow(node: Aggregate, change: pa.Table) -> tuple[pa.Table, dict[str, int | None]] | None:
+def grouped_in_arrow(node: Aggregate, change: pa.Table) -> tuple[pa.Table, dict[str, int | None]] | None:
     """_group_in_python's groups as an Arrow table, grouped by Arrow (NULL keys one group, as
     Spark's NULL-safe join on the state matches them): the keys (`__k<i>`, or one NULL `__k` for
     a global aggregate), COUNT, __neg, and per aggregate its change columns; a SUM's as int64
@@ -267,11 +267,8 @@ def _grouped_in_arrow(node: Aggregate, change: pa.Table) -> tuple[pa.Table, dict
     return grouped.rename_columns([named.get(name, name) for name in grouped.column_names]), scales
 
 
-def _folded_in_arrow(node: Aggregate, change: pa.Table) -> dict[tuple, dict] | None:
-    """_group_in_python's groups from _grouped_in_arrow, or None."""
-    found = _grouped_in_arrow(node, change)
-    if found is None:
-        return None
+def folded_groups(node: Aggregate, found: tuple[pa.Table, dict[str, int | None]]) -> dict[tuple, dict]:
+    """_group_in_python's groups from grouped_in_arrow's table and scales."""
     grouped, scales = found
     read = {name: grouped.column(name).to_pylist() for name in grouped.column_names}
     group_keys = list(zip(*[read[f"__k{i}"] for i in range(len(node.keys))])) if node.keys else [()]
@@ -339,8 +336,8 @@ def _pick(column: str, extremes: list, values: list):
 
 
 def touched_rows(node: Aggregate, change: pa.Table, old: dict[tuple, dict], input_types: dict[str, DataType],
-                 types: dict[str, DataType], recompute, distinct: dict[str, dict[tuple, int]] | None = None
-                 ) -> tuple[pa.Table, StructType] | None:
+                 types: dict[str, DataType], recompute, distinct: dict[str, dict[tuple, int]] | None = None,
+                 grouped: dict[tuple, dict] | None = None) -> tuple[pa.Table, StructType] | None:
     """AggregateRule._compute_touched in Python: per touched group, its keys, new state (n__*),
     old state (o__*, NULL for a new group) and the delete markers, as Arrow rows and their Spark
     schema; None where a value would overflow its type. `change` has the input's columns and
@@ -348,7 +345,8 @@ def touched_rows(node: Aggregate, change: pa.Table, old: dict[tuple, dict], inpu
     a delete touched is recomputed from `recompute(groups)`: the input's rows (Spark-typed Arrow)
     of at least those groups as of the epoch's end, or None (then Spark's to compute).
     `distinct`: per COUNT(DISTINCT) aggregate's name, each group's change in its number of
-    distinct values (distinct_transitions; a group absent from it did not change)."""
+    distinct values (distinct_transitions; a group absent from it did not change). `grouped`:
+    group_change's groups of `change` where the caller has them already."""
     distinct = distinct or {}
     columns = [COUNT] + [s for agg in node.aggs for s in state_columns_of(agg)]
     types = {COUNT: LongType(), **types}
@@ -356,7 +354,7 @@ def touched_rows(node: Aggregate, change: pa.Table, old: dict[tuple, dict], inpu
     out: dict[str, list] = {name: [] for name in
                             [*node.keys, *["n__" + s for s in columns], *["o__" + s for s in columns], "__neg",
                              *[f"{agg.name}__neg" for agg in extremes]]}
-    grouped = group_change(node, change)
+    grouped = grouped if grouped is not None else group_change(node, change)
     deleted = {key for key, group in grouped.items() if any(group[f"{agg.name}__neg"] for agg in extremes)}
     recomputed = {}
     if deleted:
@@ -416,18 +414,16 @@ def _decimals(digits: np.ndarray, decimal_type: DecimalType) -> pa.Array:
                                  [None, pa.py_buffer(words.tobytes())])
 
 
-def touched_in_arrow(node: Aggregate, change: pa.Table, read_state, input_types: dict[str, DataType],
-                     types: dict[str, DataType]) -> tuple[pa.Table, StructType] | None:
+def touched_in_arrow(node: Aggregate, found: tuple[pa.Table, dict[str, int | None]] | None, read_state,
+                     input_types: dict[str, DataType], types: dict[str, DataType]) -> tuple[pa.Table, StructType] | None:
     """touched_rows in Arrow, column by column rather than group by group, where no group needs
-    a MIN/MAX recomputed and no COUNT(DISTINCT) is kept: the change grouped (_grouped_in_arrow),
+    a MIN/MAX recomputed and no COUNT(DISTINCT) is kept: `found`, the change grouped by
+    grouped_in_arrow (None where Arrow does not group it),
     each group's state row found by its key, and every sum added as int64 digits. `read_state`
     gives, for a list of key tuples, the latest state rows of at least those keys (an Arrow
     table, delta-rs's types) or None. None where this is the loop's (touched_rows) to compute,
     which also decides what overflows: a sum past its type, a value past 64 bits of digits."""
-    if any(agg.distinct or agg.func == "other" for agg in node.aggs):
-        return None
-    found = _grouped_in_arrow(node, change)
-    if found is None:
+    if found is None or any(agg.distinct or agg.func == "other" for agg in node.aggs):
         return None
     grouped, scales = found
     extremes = [agg for agg in node.aggs if agg.func in ("min", "max")]
@@ -440,8 +436,7 @@ def touched_in_arrow(node: Aggregate, change: pa.Table, read_state, input_types:
         return None
     names = {name.lower(): name for name in old.column_names}
     if keys:
-        at = {key: i for i, key in enumerate(key_tuples(old, [names[k.lower()] for k in node.keys]))}
-        index = pa.array([at.get(key) for key in group_keys], pa.int64())
+        index = positions_of(grouped, keys, old, [names[k.lower()] for k in node.keys])
     else:
         index = pa.array([0 if old.num_rows else None], pa.int64())
     before = old.take(index)

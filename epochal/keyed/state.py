@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from ..arrow_rows import first_values, key_tuples
+from ..arrow_rows import first_of_each_key, first_values, key_tuples
 from ..changes import null_safe_on, quoted
 from ..errors import EpochError
 from ..storage.deltalog import DeltaLog
@@ -155,15 +155,10 @@ def latest_rows(data: pa.Table, keys: list[str], wanted: list[tuple], seq: str, 
     `seq`, unless that row is a deletion. Keys match NULL-safely (None equals None), as Spark's
     join on the state does."""
     names = {c.lower(): c for c in data.column_names}
-    data = _first_key_in(data, keys, wanted)
+    latest = latest_table(_first_key_in(data, keys, wanted), keys, seq, delete_flag)
     wanted_set = set(wanted)
-    best: dict[tuple, dict] = {}
-    for row in data.to_pylist():
-        key = tuple(row[names[k.lower()]] for k in keys)
-        if key in wanted_set and (key not in best or row[names[seq.lower()]] > best[key][names[seq.lower()]]):
-            best[key] = row
-    flag = names[delete_flag.lower()]
-    return {key: row for key, row in best.items() if not row[flag]}
+    found = key_tuples(latest, [names[k.lower()] for k in keys]) if keys else [()] * latest.num_rows
+    return {key: row for key, row in zip(found, latest.to_pylist()) if key in wanted_set}
 
 
 def _first_key_in(data: pa.Table, keys: list[str], wanted: list[tuple]) -> pa.Table:
@@ -189,12 +184,6 @@ def latest_table(data: pa.Table, keys: list[str], seq: str, delete_flag: str) ->
     unless it is a deletion, without the `seq` and `delete_flag` columns. Keys match NULL-safely."""
     names = {c.lower(): c for c in data.column_names}
     ordered = data.sort_by([(names[seq.lower()], "descending")])
-    seen, first = set(), []
-    for index, key in enumerate(key_tuples(ordered, [names[k.lower()] for k in keys]) if keys else
-                                [()] * ordered.num_rows):
-        if key not in seen:
-            seen.add(key)
-            first.append(index)
-    latest = ordered.take(pa.array(first, pa.int64()))
+    latest = ordered.take(pa.array(first_of_each_key(ordered, [names[k.lower()] for k in keys]), pa.int64()))
     latest = latest.filter(pc.invert(pc.fill_null(latest.column(names[delete_flag.lower()]), False)))
     return latest.drop_columns([names[seq.lower()], names[delete_flag.lower()]])

@@ -36,7 +36,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from ..arrow_rows import computed_rows, exact_rows, first_values, held_exactly, hold, key_tuples, key_type, lazy_frame, spark_typed
+from ..arrow_rows import computed_rows, exact_rows, first_values, held_exactly, hold, key_tuples, key_type, keys_in, lazy_frame, spark_typed
 from ..changes import NEW, OLD, consolidate, null_safe_on, quoted, restrict
 from ..driver.aggregates import (
     COUNT,
@@ -44,6 +44,8 @@ from ..driver.aggregates import (
     distinct_transitions,
     finalized_rows,
     finalized_state,
+    folded_groups,
+    grouped_in_arrow,
     state_columns_of,
     state_types,
     sum_type,
@@ -359,7 +361,8 @@ class AggregateRule(Rule):
         if rows is None:
             return None
         keys = list(node.keys)
-        columnar = touched_in_arrow(node, rows, lambda wanted: ctx.state.latest_table_of_keys(
+        arrow_grouped = grouped_in_arrow(node, rows)
+        columnar = touched_in_arrow(node, arrow_grouped, lambda wanted: ctx.state.latest_table_of_keys(
             ctx.state_name(node), keys, wanted), input_types, types)
         if columnar is not None:
             return hold(ctx.reads.local(ctx.spark, columnar[0], columnar[1]), columnar[0], exact=True)
@@ -375,7 +378,7 @@ class AggregateRule(Rule):
                     return None
                 use_counts[agg.name], per_group[agg.name] = found
         found = touched_rows(node, rows, old, input_types, types, lambda groups: self._input_on_driver(node, ctx, groups),
-                             per_group)
+                             per_group, folded_groups(node, arrow_grouped) if arrow_grouped is not None else None)
         if found is None:
             return None
         for name, (frame, held, keys) in use_counts.items():  # queued only once the step is the driver's
@@ -642,8 +645,7 @@ class AggregateRule(Rule):
         if state is None:
             return None
         if fresh is not None:
-            changed = set(key_tuples(fresh, groups))
-            state = state.filter(pa.array([key not in changed for key in key_tuples(state, groups)], pa.bool_())) \
+            state = state.filter(pa.array(~keys_in(state, groups, fresh, groups))) \
                 if groups else state.slice(0, 0)  # a global aggregate's one row is always touched
             exists = pc.greater(fresh.column("n__" + COUNT), 0) if groups else pa.array([True] * fresh.num_rows, pa.bool_())
             new = fresh.filter(exists).select([*groups, *["n__" + s for s in columns]]).rename_columns(schema.names)

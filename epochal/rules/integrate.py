@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, LongType, StructField, StructType
 
-from ..arrow_rows import computed_rows, exact_rows, hold, key_tuples, spark_typed
+from ..arrow_rows import computed_rows, exact_rows, hold, key_tuples, keys_in, positions_of, spark_typed
 from ..changes import NEW, OLD, consolidate, consolidate_rows, null_safe_on, quoted
 from ..driver.topk import expanded, orderable
 from ..graph import WEIGHT, Integrate
@@ -90,11 +90,13 @@ class IntegrateRule(Rule):
         if rows is None:
             return None
         wanted = key_tuples(rows, columns)
-        old = ctx.state.latest_on_driver(ctx.state_name(node), columns, wanted)
+        old = ctx.state.latest_table_of_keys(ctx.state_name(node), columns, wanted)
         if old is None:
             return None
-        before = [(old[key].get(COUNT) or 0) if key in old else 0 for key in wanted]
-        after = pc.add(pa.array(before, pa.int64()), rows.column(WEIGHT))
+        names = {c.lower(): c for c in old.column_names}
+        index = positions_of(rows, columns, old, [names[c.lower()] for c in columns])
+        before = pc.fill_null(old.column(names[COUNT.lower()]).cast(pa.int64()).take(index), 0)
+        after = pc.add(before, rows.column(WEIGHT))
         counts = rows.drop_columns([WEIGHT]).append_column(COUNT, after)
         held = counts.append_column(DELETE_FLAG, pc.less_equal(after, 0)).append_column("__bad0", pc.less(after, 0))
         typed = StructType(list(schema.fields) + [StructField(COUNT, LongType())])
@@ -128,8 +130,7 @@ class IntegrateRule(Rule):
         if state is None:
             return None
         if fresh is not None:
-            touched = set(key_tuples(fresh, columns))
-            state = state.filter(pa.array([key not in touched for key in key_tuples(state, columns)], pa.bool_()))
+            state = state.filter(pa.array(~keys_in(state, columns, fresh, columns)))
             state = pa.concat_tables([state, fresh.filter(pc.greater(fresh.column(COUNT), 0)).cast(state.schema)])
         rows = expanded(state.combine_chunks(), COUNT)
         return hold(ctx.reads.local(ctx.spark, rows, schema), rows, exact=True)

@@ -13,12 +13,13 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
-from ..arrow_rows import exact_rows, first_values, held_exactly, hold, key_tuples, key_type, spark_typed
+from ..arrow_rows import exact_rows, first_values, held_exactly, hold, key_codes, key_tuples, key_type, spark_typed
 from ..changes import NEW, OLD, consolidate, null_safe_on, quoted
 from ..graph import WEIGHT, Node
 from ..narrowing import distinct_values, restricted_snapshot
@@ -91,6 +92,7 @@ def keyed_on_driver(ctx, sides: Sides, evaluate_rows) -> DataFrame | None:
     if ctx.reads is None:
         return None
     affected: set[tuple] = set()
+    changes: list[tuple[pa.Table, list[str]]] = []
     for node, columns in sides:
         change = ctx.delta(node)
         if change is None:
@@ -102,6 +104,7 @@ def keyed_on_driver(ctx, sides: Sides, evaluate_rows) -> DataFrame | None:
             return refused(f"the change of {node.describe()} is not held exactly on the driver")
         rows = exact_rows(change)
         affected |= set(key_tuples(rows, columns))
+        changes.append((rows, columns))
     values = first_values(affected)
     if values is None:
         return refused("key values that do not sort")
@@ -117,8 +120,8 @@ def keyed_on_driver(ctx, sides: Sides, evaluate_rows) -> DataFrame | None:
             rows = spark_typed(exact_rows(frame), frame.schema)
             if rows is None:
                 return refused(f"{node.describe()} as of {side}: columns missing in its rows")
-            keys = key_tuples(rows, columns)
-            frames.append((rows.filter(pa.array([key in affected for key in keys], pa.bool_())), frame.schema))
+            codes = key_codes((rows, columns), *changes)
+            frames.append((rows.filter(pa.array(np.isin(codes[0], np.concatenate(codes[1:])))), frame.schema))
         result = evaluate_rows(frames)
         if result is None:
             return refused("Arrow does not decide the operator as Spark does")
