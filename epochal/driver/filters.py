@@ -29,6 +29,7 @@ from decimal import Decimal, InvalidOperation
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyarrow import acero
 from sqlglot import exp
 
 from ..arrow_rows import key_kind
@@ -254,5 +255,38 @@ def driver_filter(rows: pa.Table, predicate: exp.Expression | None) -> pa.Table 
     types = {name: rows.schema.field(name).type for name in rows.column_names}
     try:
         return rows.filter(_expression(predicate, types))
+    except (_Unsupported, pa.ArrowException, TypeError, ValueError, KeyError):
+        return None
+
+
+def _evaluated(rows: pa.Table, expression: pc.Expression) -> pa.ChunkedArray:
+    """`expression`'s value per row of `rows`, in their order; string views read as strings
+    (Arrow's string kernels take no views)."""
+    plain = rows.cast(pa.schema([pa.field(f.name, pa.string() if pa.types.is_string_view(f.type) else f.type)
+                                 for f in rows.schema]))
+    plan = acero.Declaration.from_sequence([
+        acero.Declaration("table_source", acero.TableSourceNodeOptions(plain)),
+        acero.Declaration("project", acero.ProjectNodeOptions([expression], ["value"])),
+    ])
+    return plan.to_table(use_threads=False).column("value")
+
+
+def driver_truth(rows: pa.Table, predicate: exp.Expression) -> pa.ChunkedArray | None:
+    """`predicate` per row of `rows`: true, false or NULL (SQL's three-valued logic), where Arrow
+    decides it as Spark does (the forms driver_filter takes); None everywhere else."""
+    types = {name: rows.schema.field(name).type for name in rows.column_names}
+    try:
+        return _evaluated(rows, _expression(predicate, types))
+    except (_Unsupported, pa.ArrowException, TypeError, ValueError, KeyError):
+        return None
+
+
+def driver_substring(rows: pa.Table, node: exp.Substring) -> pa.ChunkedArray | None:
+    """SUBSTRING of a string column of `rows` with integer literals, as Spark slices it; None for
+    any other SUBSTRING."""
+    types = {name: rows.schema.field(name).type for name in rows.column_names}
+    try:
+        expression, _ = _substring(node, types)
+        return _evaluated(rows, expression)
     except (_Unsupported, pa.ArrowException, TypeError, ValueError, KeyError):
         return None

@@ -19,7 +19,20 @@ a numeric literal, or `+`, `-`, `*` (and unary minus) over those, computed exact
 - unary minus of a decimal of more than 34 digits is left to Spark: it negates through Scala's
   BigDecimal, which rounds to 34 significant digits (found by tests/test_driver_projections.py).
 
-Anything else (division, functions, CASE, casts, strings) returns None: Spark's to compute.
+Also, as TPC-H's projections use them (Q7, Q8, Q9's years, Q8, Q12, Q14's CASE, Q22's country
+codes):
+
+- EXTRACT(YEAR FROM a date column): the proleptic Gregorian year, as Spark 3 counts it;
+- an output column that is a searched CASE (WHEN predicate THEN value ... [ELSE value]): each
+  predicate decided by Arrow as driver_filter decides it (a NULL is not true), each value one of
+  the forms above, a literal or a string column, cast to Spark's type of the CASE by a safe cast (an integer to a
+  decimal or a double, a decimal to a decimal with at least its digits); where Spark's cast would
+  round or overflow, the safe cast raises and the projection is Spark's. Decimals are never cast
+  to doubles here (Arrow's conversion is not always the JVM's nearest double);
+- an output column that is SUBSTRING of a string column with integer literals (driver_filter's).
+
+Anything else (division, other functions, a CASE inside arithmetic, casts) returns None: Spark's
+to compute.
 """
 
 from __future__ import annotations
@@ -30,7 +43,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from .filters import INTEGER_DIGITS
+from ..arrow_rows import key_kind
+from .filters import INTEGER_DIGITS, driver_substring, driver_truth
 
 _OPERATIONS = {exp.Add: "add_checked", exp.Sub: "subtract_checked", exp.Mul: "multiply_checked"}
 
@@ -103,6 +117,8 @@ def _evaluate(node: exp.Expression, rows: pa.Table, top: bool = False):
     if isinstance(node, exp.Literal):
         value = _literal(node)
         return value, value.type
+    if isinstance(node, exp.Extract):
+        return _year(node, rows)
     if isinstance(node, exp.Neg):
         values, arrow_type = _evaluate(node.this, rows)
         if isinstance(values, pa.Scalar):
@@ -139,6 +155,57 @@ def _evaluate(node: exp.Expression, rows: pa.Table, top: bool = False):
     return result, result.type
 
 
+def _year(node: exp.Extract, rows: pa.Table):
+    """EXTRACT(YEAR FROM a date column): Spark's YearOfDate, an INT."""
+    column = node.expression.unnest() if isinstance(node.expression, exp.Paren) else node.expression
+    if node.this.name.upper() != "YEAR" or not isinstance(column, exp.Column) or column.name not in rows.column_names:
+        raise _Refused
+    values = rows.column(column.name)
+    if not pa.types.is_date32(values.type):
+        raise _Refused
+    return pc.cast(pc.year(values), pa.int32()), pa.int32()
+
+
+_CASTS = {("integer", "integer"), ("integer", "decimal"), ("integer", "double"), ("decimal", "decimal"),
+          ("double", "double")}
+
+
+def _branch(node: exp.Expression | None, rows: pa.Table, spark_type: pa.DataType):
+    """A CASE branch's values as Spark's type of the CASE, or _Refused."""
+    if node is None or isinstance(node, exp.Null):
+        return pa.scalar(None, spark_type)
+    if pa.types.is_string(spark_type):
+        if isinstance(node, exp.Literal) and node.is_string:
+            return pa.scalar(node.this, spark_type)
+        if isinstance(node, exp.Column) and node.name in rows.column_names and \
+                key_kind(rows.schema.field(node.name).type) == "string":
+            return pc.cast(rows.column(node.name), spark_type)
+        raise _Refused
+    values, arrow_type = _evaluate(node, rows, top=False)
+    if (_kind(arrow_type), _kind(spark_type)) not in _CASTS:
+        raise _Refused
+    try:
+        return values.cast(spark_type) if isinstance(values, pa.Scalar) else pc.cast(values, spark_type)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        raise _Refused  # Spark's cast would round or overflow
+
+
+def _case(node: exp.Case, rows: pa.Table, spark_type: pa.DataType) -> pa.ChunkedArray:
+    """A searched CASE, evaluated from its last branch to its first, each WHEN taking the rows
+    its predicate is true for."""
+    if node.this is not None:
+        raise _Refused  # CASE x WHEN v: the simple form
+    values = _branch(node.args.get("default"), rows, spark_type)
+    for branch in reversed(node.args.get("ifs") or []):
+        truth = driver_truth(rows, branch.this)
+        if truth is None:
+            raise _Refused
+        values = pc.if_else(pc.fill_null(truth, False), _branch(branch.args.get("true"), rows, spark_type), values)
+    if isinstance(values, pa.Scalar) or values.type != spark_type:
+        raise _Refused
+    return values
+
+
 def _fitted(values: pa.ChunkedArray, arrow_type: pa.DataType, spark_type: pa.DataType) -> pa.ChunkedArray | None:
     """An exact result of more than 38 digits as Spark's decimal(38, s): where Spark kept the scale
     its value is the exact one when it fits (Spark computes exactly, then fits without rounding);
@@ -162,7 +229,16 @@ def driver_project(rows: pa.Table, exprs, names, spark_types: list[pa.DataType],
         if isinstance(node, exp.Column) and node.name in rows.column_names:
             columns.append(rows.column(node.name))  # as it is, whatever its type
             continue
+        if isinstance(node, exp.Substring):
+            values = driver_substring(rows, node)
+            if values is None or not pa.types.is_string(spark_type):
+                return None
+            columns.append(pc.cast(values, spark_type))
+            continue
         try:
+            if isinstance(node, exp.Case):
+                columns.append(_case(node, rows, spark_type))
+                continue
             values, arrow_type = _evaluate(node, rows, top=True)
         except _Refused:
             return None
