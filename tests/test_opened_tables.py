@@ -9,9 +9,9 @@ import shutil
 import threading
 
 import pyarrow as pa
-from deltalake import DeltaTable, write_deltalake
+from deltalake import CommitProperties, DeltaTable, write_deltalake
 
-from epochal.storage.deltalog import DeltaLog, opened, table_at
+from epochal.storage.deltalog import Commit, DeltaLog, opened, table_at
 
 
 def _write(path, values, mode="append"):
@@ -72,3 +72,21 @@ def test_a_delta_log_keeps_the_version_and_schema_it_opened(tmp_path):
     assert log.version == 0 and [f["name"] for f in log.schema_json()["fields"]] == ["x"]
     assert [c.version for c in log.commits(0)] == [0]
     assert [c.version for c in newer.commits(1)] == [1, 2]
+
+
+def test_commits_read_from_the_log_files_are_delta_rs_history(spark, tmp_path):
+    """DeltaLog.commits reads a local table's commitInfo lines itself: the same commits, with
+    their operations, parameters, timestamps and user metadata, as delta-rs's history gives, for
+    Spark's writes (a tagged append, an overwrite, a MERGE) and delta-rs's (a tagged append)."""
+    path = str(tmp_path / "t")
+    frame = spark.createDataFrame([(1, "a")], "x bigint, y string")
+    frame.write.format("delta").option("userMetadata", '{"epochal": {"seq": 1}}').save(path)
+    frame.write.format("delta").mode("overwrite").save(path)
+    spark.sql(f"MERGE INTO delta.`{path}` t USING (SELECT 2L AS x, 'b' AS y) s ON t.x = s.x "
+              "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *")
+    write_deltalake(path, pa.table({"x": pa.array([3], pa.int64()), "y": pa.array(["c"])}), mode="append",
+                    commit_properties=CommitProperties(custom_metadata={"userMetadata": '{"epochal": {"seq": 4}}'}))
+    expected = [Commit.of_entry(entry) for entry in sorted(DeltaTable(path).history(), key=lambda e: e["version"])]
+    assert DeltaLog(path).commits(0) == expected
+    assert [c.operation for c in expected] == ["WRITE", "WRITE", "MERGE", "WRITE"]
+    assert expected[0].user_metadata and expected[3].user_metadata

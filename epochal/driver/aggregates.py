@@ -517,6 +517,32 @@ def _averages(total: list, count: list, result: DataType) -> list:
     return [None if not n else decimal_average(t, n, result) for t, n in zip(total, count)]
 
 
+def _decimal_averages(total: pa.ChunkedArray, count: pa.ChunkedArray, result: DecimalType) -> pa.Array | None:
+    """decimal_average over whole columns in int64 digits: each sum, scaled to the average's
+    scale, divided by its count with the remainder rounding half away from zero (Java's
+    HALF_UP); NULL where the count is 0. None where a value would pass 2**62 (then the loop
+    decides, with Python's exact decimals), and _Unsupported where an average does not fit."""
+    unscaled = _unscaled(total)
+    if unscaled is None:
+        return None
+    digits, valid, scale = unscaled
+    counts = np.asarray(pc.fill_null(count.cast(pa.int64()), 0))
+    shift = result.scale - (scale or 0)
+    if shift < 0 or shift > 18 or np.any(~valid & (counts > 0)) or np.any(counts < 0):
+        return None
+    magnitude = np.abs(digits)
+    if len(digits) and int(magnitude.max()) >= 2 ** 62 // 10 ** shift:
+        return None
+    numerator, present = magnitude * 10 ** shift, counts > 0
+    divisor = np.where(present, counts, 1)
+    quotient, remainder = np.divmod(numerator, divisor)
+    rounded = np.where(digits < 0, -1, 1) * (quotient + (2 * remainder >= divisor))
+    if result.precision <= 18 and np.any(present & (np.abs(rounded) >= 10 ** result.precision)):
+        raise _Unsupported(f"an average past {result}")
+    averages = _decimals(np.where(present, rounded, 0), result)
+    return pc.if_else(pa.array(present), averages, pa.scalar(None, averages.type))
+
+
 def finalized_state(node: Aggregate, state: pa.Table, schema: StructType) -> pa.Table | None:
     """An aggregate's rows from its state (keys and state columns, Spark-typed), as
     AggregateRule._finalize computes them over the state, with `schema` (the keys and the
@@ -535,10 +561,14 @@ def finalized_state(node: Aggregate, state: pa.Table, schema: StructType) -> pa.
                 columns.append(pc.if_else(pc.greater(state.column(f"{agg.name}__n"), 0), total,
                                           pa.scalar(None, total.type)))
             elif agg.func == "avg":
-                total = state.column(f"{agg.name}__s").to_pylist()
-                count = state.column(f"{agg.name}__n").to_pylist()
-                columns.append(pa.array(_averages(total, count, schema[agg.name].dataType),
-                                        type=arrow.field(agg.name).type))
+                result = schema[agg.name].dataType
+                averages = _decimal_averages(state.column(f"{agg.name}__s"), state.column(f"{agg.name}__n"), result) \
+                    if isinstance(result, DecimalType) else None
+                if averages is None:
+                    averages = pa.array(_averages(state.column(f"{agg.name}__s").to_pylist(),
+                                                  state.column(f"{agg.name}__n").to_pylist(), result),
+                                        type=arrow.field(agg.name).type)
+                columns.append(averages)
             elif agg.func in ("min", "max"):
                 columns.append(state.column(f"{agg.name}__m"))
             else:

@@ -102,7 +102,7 @@ class SharedReads:
         if rows is None or 2 * rows > (self.driver_rows if limit is None else limit):
             return None
         try:
-            table = DeltaTable(path, storage_options=self.storage_options)
+            table = opened(path, self.storage_options)
             if not delta_rs_reads_alike(table):
                 return None
             return pa.table(table.load_cdf(starting_version=before + 1, ending_version=after).read_all())

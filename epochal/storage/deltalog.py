@@ -51,6 +51,27 @@ def commit_stamp(uri: str, version: int) -> tuple[int, int, int] | None:
     return found.st_ino, found.st_size, found.st_mtime_ns
 
 
+def _local_commit(uri: str, version: int) -> "Commit | None":
+    """The commit `version` of a local table from its log entry's commitInfo action (one line of
+    JSON, the first where Spark or delta-rs wrote it), or None where it is not there to read."""
+    path = uri.removeprefix("file://")
+    try:
+        with open(f"{path}/_delta_log/{version:020d}.json", encoding="utf-8") as entry:
+            for line in entry:
+                if line.startswith('{"commitInfo"'):
+                    return Commit.of_entry({**json.loads(line)["commitInfo"], "version": version})
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return None
+
+
+def _keep_commit(uri: str, version: int, stamp: tuple, commit: "Commit") -> None:
+    with _COMMITS_LOCK:
+        if len(_COMMITS) >= 8192:
+            _COMMITS.clear()
+        _COMMITS[(uri, version, stamp)] = commit
+
+
 _OPENED = threading.local()
 _COMMITS: dict[tuple, "Commit"] = {}  # (uri, version, commit_stamp) -> the commit (DeltaLog.commits)
 _COMMITS_LOCK = threading.Lock()
@@ -131,16 +152,26 @@ class DeltaLog:
 
     def commits(self, start: int, end: int | None = None) -> list[Commit]:
         """Commits with start <= version <= end (default: the version opened), oldest first.
-        Each is read once per process (delta-rs's history parses every entry it returns in
-        Python) and kept while its log entry's file is the same (`commit_stamp`, local tables)."""
+        Each is read once per process and kept while its log entry's file is the same
+        (`commit_stamp`, local tables): from its commitInfo line where the file is local (delta-rs's
+        history gives the same entry, but lists and parses the log holding Python's GIL), else
+        from delta-rs's history."""
         end = self.version if end is None else end
         if end < start:
             return []
         stamps = {version: commit_stamp(self.uri, version) for version in range(start, end + 1)}
         kept = {version: _COMMITS.get((self.uri, version, stamp)) for version, stamp in stamps.items()
                 if stamp is not None}
-        if len(kept) == len(stamps) and all(commit is not None for commit in kept.values()):
-            return [kept[version] for version in range(start, end + 1)]
+        if len(kept) == len(stamps):
+            for version, commit in kept.items():
+                if commit is None:
+                    commit = _local_commit(self.uri, version)
+                    if commit is None:
+                        break
+                    kept[version] = commit
+                    _keep_commit(self.uri, version, stamps[version], commit)
+            else:
+                return [kept[version] for version in range(start, end + 1)]
         found = []
         for entry in self._table.history(limit=self._table.version() - start + 1):
             version = entry.get("version")
@@ -149,10 +180,7 @@ class DeltaLog:
             commit = Commit.of_entry(entry)
             found.append(commit)
             if stamps.get(version) is not None:
-                with _COMMITS_LOCK:
-                    if len(_COMMITS) >= 8192:
-                        _COMMITS.clear()
-                    _COMMITS[(self.uri, version, stamps[version])] = commit
+                _keep_commit(self.uri, version, stamps[version], commit)
         return sorted(found, key=lambda commit: commit.version)
 
     @property
