@@ -32,15 +32,17 @@ def key_tuples(rows: pa.Table, columns: list[str]) -> list[tuple]:
 
 def key_codes(*keyed: tuple[pa.Table, list[str]]) -> list[np.ndarray]:
     """Per (table, key columns), one int64 per row, equal across the tables exactly where the
-    rows' key tuples are equal (None equals None, as key_tuples): the key columns dictionary
-    encoded by Arrow, which leaves the GIL, rather than a Python tuple per row. Columns of one
-    key kind (key_kind) are cast to one type first; other columns are matched as key_tuples."""
+    rows' key tuples are equal as Spark's grouping and NULL-safe joins compare them (NULL equals
+    NULL, NaN equals NaN, -0.0 equals 0.0): the key columns dictionary encoded by Arrow, which
+    leaves the GIL, rather than a Python tuple per row. Columns of one key kind (key_kind) are
+    cast to one type first; columns of different kinds are matched as Python compares them."""
     try:
         return _codes_in_arrow(keyed)
     except (pa.ArrowException, TypeError, ValueError):
         seen: dict[tuple, int] = {}
-        return [np.fromiter((seen.setdefault(key, len(seen)) for key in key_tuples(rows, columns)),
-                            dtype=np.int64, count=rows.num_rows) for rows, columns in keyed]
+        return [np.fromiter((seen.setdefault(tuple("NaN" if value != value else value for value in key), len(seen))
+                             for key in key_tuples(rows, columns)), dtype=np.int64, count=rows.num_rows)
+                for rows, columns in keyed]
 
 
 _COMMON_TYPE = {"integer": pa.int64(), "string": pa.large_string(), "date": pa.date32(), "boolean": pa.bool_()}
@@ -63,6 +65,9 @@ def _codes_in_arrow(keyed) -> list[np.ndarray]:
             parts = [part.cast(common) for part in parts]
         chunks = [chunk for part in parts for chunk in part.chunks]
         values = pa.concat_arrays(chunks) if chunks else pa.array([], parts[0].type)
+        if pa.types.is_floating(values.type):  # one NaN, one zero, as Spark normalizes them
+            values = pc.if_else(pc.is_nan(values), pa.scalar(float("nan"), values.type),
+                                pc.if_else(pc.equal(values, 0), pa.scalar(0.0, values.type), values))
         encoded = pc.dictionary_encode(values, null_encoding="encode")
         size = max(len(encoded.dictionary), 1)
         if len(combined) and int(combined.max()) >= 2 ** 62 // size:

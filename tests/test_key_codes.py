@@ -59,6 +59,14 @@ def test_key_codes_match_exactly_where_the_tuples_do(keyed):
     assert positions_of(right, columns, unique, columns).to_pylist() == [at.get(key) for key in tuples_right]
 
 
+def test_floating_keys_match_as_spark_compares_them():
+    """NaN equals NaN and -0.0 equals 0.0 (Spark normalizes both where it groups and joins)."""
+    left = pa.table({"k": pa.array([float("nan"), -0.0, 1.5, None])})
+    right = pa.table({"k": pa.array([0.0, float("nan"), None], pa.float64())})
+    assert list(keys_in(left, ["k"], right, ["k"])) == [True, True, False, True]
+    assert list(first_of_each_key(pa.table({"k": [0.0, -0.0, float("nan"), float("nan")]}), ["k"])) == [0, 2]
+
+
 def test_keys_of_different_kinds_never_match():
     numbers, strings = pa.table({"k": pa.array([1, 2, None])}), pa.table({"k": pa.array(["1", "2", None])})
     assert list(keys_in(numbers, ["k"], strings, ["k"])) == [False, False, True]

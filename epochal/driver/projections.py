@@ -25,10 +25,11 @@ codes):
 - EXTRACT(YEAR FROM a date column): the proleptic Gregorian year, as Spark 3 counts it;
 - an output column that is a searched CASE (WHEN predicate THEN value ... [ELSE value]): each
   predicate decided by Arrow as driver_filter decides it (a NULL is not true), each value one of
-  the forms above, a literal or a string column, cast to Spark's type of the CASE by a safe cast (an integer to a
-  decimal or a double, a decimal to a decimal with at least its digits); where Spark's cast would
-  round or overflow, the safe cast raises and the projection is Spark's. Decimals are never cast
-  to doubles here (Arrow's conversion is not always the JVM's nearest double);
+  the forms above, a literal or a string column, cast to Spark's type of the CASE by a safe cast
+  (an integer to a decimal or a double, a decimal to a decimal with at least its digits); where
+  Spark's cast would round or overflow, the safe cast raises and the projection is Spark's.
+  Decimals are never cast to doubles here (Arrow's conversion is not always the JVM's nearest
+  double);
 - an output column that is SUBSTRING of a string column with integer literals (driver_filter's).
 
 Anything else (division, other functions, a CASE inside arithmetic, casts) returns None: Spark's

@@ -594,14 +594,13 @@ class AggregateRule(Rule):
 
         fields = [StructField(k, schema[k].dataType, schema[k].nullable) for k in node.keys]
         for agg in node.aggs:
+            arg_type = self._input_type(node, ctx, agg.arg) if agg.func in ("sum", "avg") else None
             if agg.func in ("count_star", "count", "min", "max"):
                 column = COUNT if agg.func == "count_star" else f"{agg.name}__n" if agg.func == "count" else f"{agg.name}__m"
                 fields.append(StructField(agg.name, schema[prefixes[-1] + column].dataType, nullable(column)))
-            elif agg.func == "sum" and sum_type(self._input_type(node, ctx, agg.arg)) is not None:
+            elif agg.func == "sum" and sum_type(arg_type) is not None:
                 fields.append(StructField(agg.name, self._sum_type(node, ctx, agg), True))
-            elif agg.func == "avg" and isinstance(self._input_type(node, ctx, agg.arg), (
-                    DecimalType, IntegralType, DoubleType, FloatType)):
-                arg_type = self._input_type(node, ctx, agg.arg)
+            elif agg.func == "avg" and isinstance(arg_type, (DecimalType, IntegralType, DoubleType, FloatType)):
                 fields.append(StructField(agg.name, DecimalType(min(38, arg_type.precision + 4), min(38, arg_type.scale + 4))
                                           if isinstance(arg_type, DecimalType) else DoubleType(), True))
             else:
