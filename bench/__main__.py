@@ -50,7 +50,10 @@ LOADED_AT = datetime(2026, 1, 1, tzinfo=timezone.utc)
 def _arguments(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="make bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--scales", type=float, nargs="+", default=[0.01, 0.1])
-    parser.add_argument("--fraction", type=float, default=0.001, help="change fraction of orders per epoch")
+    parser.add_argument("--fraction", type=float, nargs="+", default=[0.001],
+                        help="change fraction of orders per epoch; several: after the first epoch, `--epochs` "
+                             "epochs at each in turn on the same warehouse, reported as one run per fraction "
+                             "(the first epoch is paid once)")
     parser.add_argument("--same-change-rows", action="store_true",
                         help="scale the fraction down on larger scales so every scale changes as many rows per "
                              "epoch as the first (the scaling target)")
@@ -228,8 +231,8 @@ def _epoch(engine, spark, root: str, generator, index: int, queries: list[str], 
     recompute_peak = _peak_gigabytes(spark)
     noop, unread = None, {}
     if extras:
-        noop, _ = _timed(lambda: engine.refresh(names, until=until + timedelta(minutes=30), upstream=False))
-        unread = _unread_columns_epoch(engine, spark, root, names, until + timedelta(minutes=40),
+        noop, _ = _timed(lambda: engine.refresh(names, until=until + timedelta(minutes=10), upstream=False))
+        unread = _unread_columns_epoch(engine, spark, root, names, until + timedelta(minutes=20),
                                        sum(batch.counts("lineitem")) or 1000)
     tables = {}
     for report in reports:
@@ -319,41 +322,49 @@ def _highest(peaks: list[dict]) -> dict[str, float | None]:
     return {name: max((p[name] for p in peaks if p.get(name) is not None), default=None) for name in ("python", "jvm")}
 
 
-def run_scale(spark, work: Path, scale: float, fraction: float, epochs: int, queries: list[str],
+def run_scale(spark, work: Path, scale: float, fractions: list[float], epochs: int, queries: list[str],
               driver_rows: int | None = None, source_writer: str = "delta-rs", arrange_rows: int | None = -1,
-              parallelism: int | None = None, day: bool = False) -> dict:
+              parallelism: int | None = None, day: bool = False) -> list[dict]:
+    """One warehouse at `scale`: its first epoch, then `epochs` epochs at each of `fractions` in
+    turn; one run per fraction (each carries the shared first epoch's figures)."""
     from ops.changes import ChangeGenerator
 
-    root = _warehouse(spark, work, scale, f"run-{scale:g}-{fraction:g}")
+    root = _warehouse(spark, work, scale, f"run-{scale:g}-{fractions[0]:g}")
     engine = _engine(spark, root, queries, driver_rows, arrange_rows, parallelism)
     _reset_peaks(spark)
     first, _ = _timed(lambda: engine.refresh(until=LOADED_AT + timedelta(minutes=15)))
     first_peak = _peak_gigabytes(spark)
     names = [n for n in engine.tables() if n in queries]
     first_recompute = _recompute_all(engine, names, root)[0] if day else None
-    generator = ChangeGenerator(spark, root, seed=11, fraction=fraction, writer=source_writer)
-    results = []
-    for index in range(1, epochs + 1):
-        results.append(_epoch(engine, spark, root, generator, index, queries, extras=not day))
-        epoch = results[-1]
-        print(f"  scale {scale:g} fraction {fraction:g} epoch {index}: whole epoch incremental "
-              f"{epoch['incremental_seconds']:.1f}s, recompute {epoch['recompute_seconds']:.1f}s "
-              f"({epoch['recompute_seconds'] / epoch['incremental_seconds']:.2f}x); arranged: " + ", ".join(
-                  f"{a['input']}.{a['key']} {a['what']} {a['seconds']:.1f}s" for a in epoch["arranged"]) + "; " + ", ".join(
-            f"{n} {t['incremental_seconds']:.1f}s/{t['recompute_seconds']:.1f}s" for n, t in results[-1]["tables"].items()),
-            flush=True)
-    daily = None
+    runs, index = [], 0
+    for fraction in fractions:
+        generator = ChangeGenerator(spark, root, seed=11, fraction=fraction, writer=source_writer)
+        results = []
+        for _ in range(epochs):
+            index += 1
+            results.append(_epoch(engine, spark, root, generator, index, queries, extras=not day))
+            epoch = results[-1]
+            print(f"  scale {scale:g} fraction {fraction:g} epoch {index}: whole epoch incremental "
+                  f"{epoch['incremental_seconds']:.1f}s, recompute {epoch['recompute_seconds']:.1f}s "
+                  f"({epoch['recompute_seconds'] / epoch['incremental_seconds']:.2f}x); arranged: " + ", ".join(
+                      f"{a['input']}.{a['key']} {a['what']} {a['seconds']:.1f}s" for a in epoch["arranged"]) + "; " + ", ".join(
+                f"{n} {t['incremental_seconds']:.1f}s/{t['recompute_seconds']:.1f}s" for n, t in epoch["tables"].items()),
+                flush=True)
+        runs.append(dict(scale=scale, fraction=fraction, first_epoch_seconds=round(first, 1), epochs=results,
+                         first_recompute_seconds=_rounded(first_recompute), daily=None,
+                         peak_gigabytes={"first epoch": first_peak,
+                                         "incremental epochs": _highest([e["peak_gigabytes"]["incremental"]
+                                                                         for e in results]),
+                                         "recomputes (the oracle)": _highest([e["peak_gigabytes"]["recompute"]
+                                                                              for e in results])}))
     if day:
         daily = _daily_maintenance(spark, root, names) | _upkeep_done(root)
+        runs[-1]["daily"] = daily
         print(f"  scale {scale:g} daily maintenance: incremental {daily['incremental_seconds']:.1f}s, recompute "
               f"{daily['recompute_seconds']:.1f}s; upkeep {daily['state_compactions']} state compactions, "
               f"{daily['arrangement_rebuilds']} arrangement rebuilds", flush=True)
     shutil.rmtree(root, ignore_errors=True)
-    return dict(scale=scale, fraction=fraction, first_epoch_seconds=round(first, 1), epochs=results,
-                first_recompute_seconds=_rounded(first_recompute), daily=daily,
-                peak_gigabytes={"first epoch": first_peak,
-                                "incremental epochs": _highest([e["peak_gigabytes"]["incremental"] for e in results]),
-                                "recomputes (the oracle)": _highest([e["peak_gigabytes"]["recompute"] for e in results])})
+    return runs
 
 
 def summarize(run: dict) -> list[dict]:
@@ -710,14 +721,16 @@ def main(argv=None) -> None:
 
     queries = [f"tpch_q{n:02d}" for n in arguments.queries]
     arguments.epochs = arguments.epochs or (24 if arguments.day else 3)
+    if arguments.day and len(arguments.fraction) > 1:
+        raise SystemExit("make bench: --day takes one --fraction (a day is one change stream)")
     for scale in arguments.scales:
-        fraction = arguments.fraction * (arguments.scales[0] / scale if arguments.same_change_rows else 1)
-        runs.append(run_scale(spark, work, scale, fraction, arguments.epochs, queries, arguments.driver_rows,
+        fractions = [f * (arguments.scales[0] / scale if arguments.same_change_rows else 1) for f in arguments.fraction]
+        runs.extend(run_scale(spark, work, scale, fractions, arguments.epochs, queries, arguments.driver_rows,
                               arguments.source_writer, arguments.arrange_rows, arguments.parallelism, arguments.day))
         save()
     sweep_queries = [f"tpch_q{n:02d}" for n in arguments.sweep_queries]
     for fraction in arguments.sweep:
-        sweep.append(run_scale(spark, work, arguments.scales[0], fraction, 1, sweep_queries, arguments.driver_rows,
+        sweep.extend(run_scale(spark, work, arguments.scales[0], [fraction], 1, sweep_queries, arguments.driver_rows,
                                arguments.source_writer, arguments.arrange_rows, arguments.parallelism))
         save()
     text = report_markdown(arguments, runs, sweep, started)
