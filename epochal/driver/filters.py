@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Callable
 from datetime import date
 from decimal import Decimal, InvalidOperation
 
@@ -247,25 +248,35 @@ def _expression(node: exp.Expression, types: dict[str, pa.DataType]) -> pc.Expre
     raise _Unsupported(type(node).__name__)
 
 
+_UNDECIDED = (_Unsupported, pa.ArrowException, TypeError, ValueError, KeyError)
+
+
+def _on_driver(rows: pa.Table, answer: Callable[[dict[str, pa.DataType]], object]):
+    """`answer` given the Arrow type of each column of `rows`, or None where it raises: Arrow may
+    not decide it as Spark does."""
+    types = {field.name: field.type for field in rows.schema}
+    try:
+        return answer(types)
+    except _UNDECIDED:
+        return None
+
+
 def driver_filter(rows: pa.Table, predicate: exp.Expression | None) -> pa.Table | None:
     """The rows of `rows` (columns named as the predicate names them) for which `predicate` is
     true, or None where Arrow may not decide it as Spark does."""
     if predicate is None:
         return rows
-    types = {name: rows.schema.field(name).type for name in rows.column_names}
-    try:
-        return rows.filter(_expression(predicate, types))
-    except (_Unsupported, pa.ArrowException, TypeError, ValueError, KeyError):
-        return None
+    return _on_driver(rows, lambda types: rows.filter(_expression(predicate, types)))
 
 
 def _evaluated(rows: pa.Table, expression: pc.Expression) -> pa.ChunkedArray:
     """`expression`'s value per row of `rows`, in their order; string views read as strings
     (Arrow's string kernels take no views)."""
-    plain = rows.cast(pa.schema([pa.field(f.name, pa.string() if pa.types.is_string_view(f.type) else f.type)
-                                 for f in rows.schema]))
+    for position, field in enumerate(rows.schema):
+        if pa.types.is_string_view(field.type):
+            rows = rows.set_column(position, field.name, rows.column(position).cast(pa.string()))
     plan = acero.Declaration.from_sequence([
-        acero.Declaration("table_source", acero.TableSourceNodeOptions(plain)),
+        acero.Declaration("table_source", acero.TableSourceNodeOptions(rows)),
         acero.Declaration("project", acero.ProjectNodeOptions([expression], ["value"])),
     ])
     return plan.to_table(use_threads=False).column("value")
@@ -274,19 +285,10 @@ def _evaluated(rows: pa.Table, expression: pc.Expression) -> pa.ChunkedArray:
 def driver_truth(rows: pa.Table, predicate: exp.Expression) -> pa.ChunkedArray | None:
     """`predicate` per row of `rows`: true, false or NULL (SQL's three-valued logic), where Arrow
     decides it as Spark does (the forms driver_filter takes); None everywhere else."""
-    types = {name: rows.schema.field(name).type for name in rows.column_names}
-    try:
-        return _evaluated(rows, _expression(predicate, types))
-    except (_Unsupported, pa.ArrowException, TypeError, ValueError, KeyError):
-        return None
+    return _on_driver(rows, lambda types: _evaluated(rows, _expression(predicate, types)))
 
 
 def driver_substring(rows: pa.Table, node: exp.Substring) -> pa.ChunkedArray | None:
     """SUBSTRING of a string column of `rows` with integer literals, as Spark slices it; None for
     any other SUBSTRING."""
-    types = {name: rows.schema.field(name).type for name in rows.column_names}
-    try:
-        expression, _ = _substring(node, types)
-        return _evaluated(rows, expression)
-    except (_Unsupported, pa.ArrowException, TypeError, ValueError, KeyError):
-        return None
+    return _on_driver(rows, lambda types: _evaluated(rows, _substring(node, types)[0]))

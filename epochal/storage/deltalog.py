@@ -38,25 +38,38 @@ class Commit:
         return {"timestamp": self.timestamp_ms, "userMetadata": self.user_metadata}
 
 
+def _entry_name(version: int) -> str:
+    """Where commit `version`'s log entry lies, relative to its table."""
+    return f"_delta_log/{version:020d}.json"
+
+
+def _local_entry(uri: str, version: int) -> str | None:
+    """The file of a local table's log entry `version`; None where the table is not on a local
+    file system."""
+    if "://" in uri and not uri.startswith("file://"):
+        return None
+    return f"{uri.removeprefix('file://')}/{_entry_name(version)}"
+
+
 def commit_stamp(uri: str, version: int) -> tuple[int, int, int] | None:
     """What identifies the file of a local table's commit `version` (inode, size, modification
     time), or None where it is missing or the table is not on a local file system."""
-    if "://" in uri and not uri.startswith("file://"):
-        return None
-    path = uri.removeprefix("file://")
+    entry = _local_entry(uri, version)
     try:
-        found = os.stat(f"{path}/_delta_log/{version:020d}.json")
+        found = os.stat(entry) if entry else None
     except OSError:
         return None
-    return found.st_ino, found.st_size, found.st_mtime_ns
+    return None if found is None else (found.st_ino, found.st_size, found.st_mtime_ns)
 
 
 def _local_commit(uri: str, version: int) -> "Commit | None":
     """The commit `version` of a local table from its log entry's commitInfo action (one line of
     JSON, the first where Spark or delta-rs wrote it), or None where it is not there to read."""
-    path = uri.removeprefix("file://")
+    path = _local_entry(uri, version)
+    if path is None:
+        return None
     try:
-        with open(f"{path}/_delta_log/{version:020d}.json", encoding="utf-8") as entry:
+        with open(path, encoding="utf-8") as entry:
             for line in entry:
                 if line.startswith('{"commitInfo"'):
                     return Commit.of_entry({**json.loads(line)["commitInfo"], "version": version})
@@ -244,7 +257,7 @@ class TableFiles:
 
     def commit(self, version: int) -> CommitActions | None:
         """The log entry of `version`; None when it no longer exists (log retention)."""
-        name = f"_delta_log/{version:020d}.json"
+        name = _entry_name(version)
         if self._fs.get_file_info(name).type == pafs.FileType.NotFound:
             return None
         with self._fs.open_input_stream(name) as stream:
