@@ -1,5 +1,5 @@
 """Rows held on the driver as Arrow, typed as Spark types them: which key types Arrow compares as
-Spark does, key tuples, the Arrow types of a Spark schema, a Spark frame over Arrow rows made only
+Spark does, key tuples and key codes (one int64 per row, equal where the keys are), the Arrow types of a Spark schema, a Spark frame over Arrow rows made only
 when Spark needs it, and the rows a frame carries with it (`Held`, `hold`). Shared by the
 driver-side evaluators, the operators, the keyed reads and the state."""
 
@@ -40,9 +40,12 @@ def key_codes(*keyed: tuple[pa.Table, list[str]]) -> list[np.ndarray]:
         return _codes_in_arrow(keyed)
     except (pa.ArrowException, TypeError, ValueError):
         seen: dict[tuple, int] = {}
-        return [np.fromiter((seen.setdefault(tuple("NaN" if value != value else value for value in key), len(seen))
+        return [np.fromiter((seen.setdefault(tuple(_NAN if value != value else value for value in key), len(seen))
                              for key in key_tuples(rows, columns)), dtype=np.int64, count=rows.num_rows)
                 for rows, columns in keyed]
+
+
+_NAN = object()  # every float NaN, as one key value equal to no other value
 
 
 _COMMON_TYPE = {"integer": pa.int64(), "string": pa.large_string(), "date": pa.date32(), "boolean": pa.bool_()}
@@ -91,12 +94,12 @@ def positions_of(rows: pa.Table, columns: list[str], among: pa.Table, among_colu
     """For each row, the position of the row of `among` with the same key tuple (None equals
     None; `among`'s keys unique), or NULL where there is none."""
     codes, held = key_codes((rows, columns), (among, among_columns))
+    if not len(held):
+        return pa.nulls(len(codes), pa.int64())
     order = np.argsort(held, kind="stable")
-    at = np.searchsorted(held[order], codes)
-    found = at < len(held)
-    found[found] = held[order][at[found]] == codes[found]
-    return pa.array(np.where(found, order[np.minimum(at, max(len(held) - 1, 0))] if len(held) else 0, 0),
-                    mask=~found, type=pa.int64())
+    at = np.minimum(np.searchsorted(held[order], codes), len(held) - 1)
+    found = held[order][at] == codes
+    return pa.array(np.where(found, order[at], 0), mask=~found, type=pa.int64())
 
 
 def first_values(keys) -> tuple[tuple, bool] | None:
@@ -105,6 +108,23 @@ def first_values(keys) -> tuple[tuple, bool] | None:
     first = {key[0] for key in keys}
     try:
         return tuple(sorted(v for v in first if v is not None)), None in first
+    except TypeError:
+        return None
+
+
+def column_first_values(*columns: pa.ChunkedArray) -> tuple[tuple, bool] | None:
+    """first_values of key tuples given their first columns as Arrow (each the first key column
+    of one table): the sorted distinct non-NULL values and whether one is NULL, without a Python
+    tuple per row; None where the values do not sort."""
+    values, null = set(), False
+    for column in columns:
+        if pa.types.is_string_view(column.type):  # Arrow's unique gives a view's NULL as ""
+            column = column.cast(pa.large_string())
+        distinct = pc.unique(column)
+        null = null or distinct.null_count > 0
+        values.update(distinct.drop_null().to_pylist())
+    try:
+        return tuple(sorted(values)), null
     except TypeError:
         return None
 

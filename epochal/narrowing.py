@@ -47,7 +47,7 @@ from pyspark.sql.types import (
 )
 from sqlglot import exp
 
-from .arrow_rows import exact_rows, held_rows, key_kind
+from .arrow_rows import column_first_values, exact_rows, held_rows, key_kind
 from .changes import quoted
 from .graph import WEIGHT, Filter, Join, Node, SemiJoin, columns_in, conjuncts, join_order, single_row, walk
 
@@ -102,8 +102,8 @@ def values_on_driver(rows, column: str) -> tuple[list, bool] | None:
     array = rows.column(column)
     if key_kind(array.type) not in ("integer", "string", "date", "decimal", "boolean"):
         return None
-    unique = pc.unique(array)
-    return sorted(v for v in unique.to_pylist() if v is not None), unique.null_count > 0
+    found = column_first_values(array)
+    return None if found is None else (list(found[0]), found[1])
 
 
 def batch_keys(change: DataFrame, columns: list[str], rows=None) -> dict[str, list | tuple]:

@@ -42,7 +42,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from ..arrow_rows import key_tuples, key_type, positions_of
+from ..arrow_rows import column_first_values, key_type, positions_of
 from ..graph import WEIGHT, AggCall, Aggregate
 
 LONG_MIN, LONG_MAX = -(2 ** 63), 2 ** 63 - 1
@@ -418,11 +418,10 @@ def touched_in_arrow(node: Aggregate, found: tuple[pa.Table, dict[str, int | Non
                      input_types: dict[str, DataType], types: dict[str, DataType]) -> tuple[pa.Table, StructType] | None:
     """touched_rows in Arrow, column by column rather than group by group, where no group needs
     a MIN/MAX recomputed and no COUNT(DISTINCT) is kept: `found`, the change grouped by
-    grouped_in_arrow (None where Arrow does not group it),
-    each group's state row found by its key, and every sum added as int64 digits. `read_state`
-    gives, for a list of key tuples, the latest state rows of at least those keys (an Arrow
-    table, delta-rs's types) or None. None where this is the loop's (touched_rows) to compute,
-    which also decides what overflows: a sum past its type, a value past 64 bits of digits."""
+    grouped_in_arrow (None where Arrow does not group it), each group's state row found by its
+    key, and every sum added as int64 digits. `read_state` gives, for the groups' first key
+    values (column_first_values), the latest state rows of at least those groups (an Arrow table,
+    delta-rs's types) or None. None where this is the loop's (touched_rows) to compute, which also decides what overflows: a sum past its type, a value past 64 bits of digits."""
     if found is None or any(agg.distinct or agg.func == "other" for agg in node.aggs):
         return None
     grouped, scales = found
@@ -430,8 +429,7 @@ def touched_in_arrow(node: Aggregate, found: tuple[pa.Table, dict[str, int | Non
     if any(pc.max(grouped.column(f"{agg.name}__neg")).as_py() for agg in extremes):
         return None  # a MIN/MAX a delete touched is recomputed from the input
     keys = [f"__k{i}" for i in range(len(node.keys))]
-    group_keys = key_tuples(grouped, keys) if keys else [()]
-    old = read_state(group_keys)
+    old = read_state(column_first_values(grouped.column(keys[0])) if keys else None)
     if old is None:
         return None
     names = {name.lower(): name for name in old.column_names}

@@ -115,11 +115,12 @@ class StateStore:
         data = self._raw_on_driver(name, keys[0] if keys else None, first_values(wanted) if keys else None)
         return latest_rows(data, keys, wanted, SEQ, DELETE_FLAG) if data is not None else None
 
-    def latest_table_of_keys(self, name: str, keys: list[str], wanted: list[tuple]) -> pa.Table | None:
-        """latest_on_driver as an Arrow table (delta-rs's types): the latest rows of at least the
-        `wanted` keys, not deleted; None where the rows are Spark's to read."""
-        data = self._raw_on_driver(name, keys[0] if keys else None, first_values(wanted) if keys else None)
-        return latest_table(_first_key_in(data, keys, wanted), keys, SEQ, DELETE_FLAG) if data is not None else None
+    def latest_table_of_keys(self, name: str, keys: list[str], first: tuple[tuple, bool] | None) -> pa.Table | None:
+        """latest_on_driver as an Arrow table (delta-rs's types): the latest rows, not deleted, of
+        at least the keys whose first column is one of `first` (first_values, or
+        column_first_values of the wanted keys' first column); None where the rows are Spark's to read."""
+        data = self._raw_on_driver(name, keys[0] if keys else None, first if keys else None)
+        return latest_table(_first_key_in(data, keys, first), keys, SEQ, DELETE_FLAG) if data is not None else None
 
     def latest_table_on_driver(self, name: str, keys: list[str], column: str | None = None,
                                wanted: tuple[tuple, bool] | None = None):
@@ -155,26 +156,26 @@ def latest_rows(data: pa.Table, keys: list[str], wanted: list[tuple], seq: str, 
     `seq`, unless that row is a deletion. Keys match NULL-safely (None equals None), as Spark's
     join on the state does."""
     names = {c.lower(): c for c in data.column_names}
-    latest = latest_table(_first_key_in(data, keys, wanted), keys, seq, delete_flag)
+    latest = latest_table(_first_key_in(data, keys, first_values(wanted)), keys, seq, delete_flag)
     wanted_set = set(wanted)
     found = key_tuples(latest, [names[k.lower()] for k in keys]) if keys else [()] * latest.num_rows
     return {key: row for key, row in zip(found, latest.to_pylist()) if key in wanted_set}
 
 
-def _first_key_in(data: pa.Table, keys: list[str], wanted: list[tuple]) -> pa.Table:
-    """The rows of `data` whose first key is one of the `wanted` keys' first values (all rows
-    where they do not compare)."""
+def _first_key_in(data: pa.Table, keys: list[str], first: tuple[tuple, bool] | None) -> pa.Table:
+    """The rows of `data` whose first key is one of `first` (first_values: the values, and
+    whether NULL); all rows where there are none or they do not compare."""
     names = {c.lower(): c for c in data.column_names}
-    if keys and wanted:
-        first = data.column(names[keys[0].lower()])
-        values = [key[0] for key in wanted if key[0] is not None]
+    if keys and first is not None and (first[0] or first[1]):
+        values, null = first
+        column = data.column(names[keys[0].lower()])
         try:
-            mask = pc.is_in(first, value_set=pa.array(values, type=first.type))
+            mask = pc.is_in(column, value_set=pa.array(list(values), type=column.type))
         except (pa.ArrowException, TypeError, ValueError):
             mask = None
         if mask is not None:
-            if any(key[0] is None for key in wanted):
-                mask = pc.or_(mask, pc.is_null(first))
+            if null:
+                mask = pc.or_(mask, pc.is_null(column))
             data = data.filter(pc.fill_null(mask, False))
     return data
 

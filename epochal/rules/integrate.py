@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, LongType, StructField, StructType
 
-from ..arrow_rows import computed_rows, exact_rows, hold, key_tuples, keys_in, positions_of, spark_typed
+from ..arrow_rows import column_first_values, computed_rows, exact_rows, hold, keys_in, positions_of, spark_typed
 from ..changes import NEW, OLD, consolidate, consolidate_rows, null_safe_on, quoted
 from ..driver.topk import expanded, orderable
 from ..graph import WEIGHT, Integrate
@@ -89,8 +89,8 @@ class IntegrateRule(Rule):
         rows = consolidate_rows(rows) if rows is not None else None
         if rows is None:
             return None
-        wanted = key_tuples(rows, columns)
-        old = ctx.state.latest_table_of_keys(ctx.state_name(node), columns, wanted)
+        old = ctx.state.latest_table_of_keys(ctx.state_name(node), columns,
+                                             column_first_values(rows.column(columns[0])) if columns else None)
         if old is None:
             return None
         names = {c.lower(): c for c in old.column_names}

@@ -19,7 +19,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
-from ..arrow_rows import exact_rows, first_values, held_exactly, hold, key_codes, key_tuples, key_type, spark_typed
+from ..arrow_rows import column_first_values, exact_rows, first_of_each_key, held_exactly, hold, key_codes, key_type, spark_typed
 from ..changes import NEW, OLD, consolidate, null_safe_on, quoted
 from ..graph import WEIGHT, Node
 from ..narrowing import distinct_values, restricted_snapshot
@@ -91,8 +91,7 @@ def keyed_on_driver(ctx, sides: Sides, evaluate_rows) -> DataFrame | None:
 
     if ctx.reads is None:
         return None
-    affected: set[tuple] = set()
-    changes: list[tuple[pa.Table, list[str]]] = []
+    changes: list[tuple[pa.Table, list[str]]] = []  # per changed input, its distinct affected keys
     for node, columns in sides:
         change = ctx.delta(node)
         if change is None:
@@ -102,10 +101,9 @@ def keyed_on_driver(ctx, sides: Sides, evaluate_rows) -> DataFrame | None:
             return refused(f"keys {columns} of a type Arrow does not match as Spark does")
         if not held_exactly(change):
             return refused(f"the change of {node.describe()} is not held exactly on the driver")
-        rows = exact_rows(change)
-        affected |= set(key_tuples(rows, columns))
-        changes.append((rows, columns))
-    values = first_values(affected)
+        rows = exact_rows(change).select(columns)
+        changes.append((rows.take(pa.array(first_of_each_key(rows, columns), pa.int64())), columns))
+    values = column_first_values(*(keys.column(columns[0]) for keys, columns in changes))
     if values is None:
         return refused("key values that do not sort")
     out, schema = [], None
