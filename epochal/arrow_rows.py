@@ -1,7 +1,8 @@
 """Rows held on the driver as Arrow, typed as Spark types them: which key types Arrow compares as
-Spark does, key tuples and key codes (one int64 per row, equal where the keys are), the Arrow types of a Spark schema, a Spark frame over Arrow rows made only
-when Spark needs it, and the rows a frame carries with it (`Held`, `hold`). Shared by the
-driver-side evaluators, the operators, the keyed reads and the state."""
+Spark does, key tuples and key codes (one int64 per row, equal where the keys are), the Arrow
+types of a Spark schema, a Spark frame over Arrow rows made only when Spark needs it, and the rows
+a frame carries with it (`Held`, `hold`). Shared by the driver-side evaluators, the operators,
+the keyed reads and the state."""
 
 from __future__ import annotations
 

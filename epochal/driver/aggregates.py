@@ -421,7 +421,8 @@ def touched_in_arrow(node: Aggregate, found: tuple[pa.Table, dict[str, int | Non
     grouped_in_arrow (None where Arrow does not group it), each group's state row found by its
     key, and every sum added as int64 digits. `read_state` gives, for the groups' first key
     values (column_first_values), the latest state rows of at least those groups (an Arrow table,
-    delta-rs's types) or None. None where this is the loop's (touched_rows) to compute, which also decides what overflows: a sum past its type, a value past 64 bits of digits."""
+    delta-rs's types) or None. None where this is the loop's (touched_rows) to compute, which
+    also decides what overflows: a sum past its type, a value past 64 bits of digits."""
     if found is None or any(agg.distinct or agg.func == "other" for agg in node.aggs):
         return None
     grouped, scales = found

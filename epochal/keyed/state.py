@@ -117,8 +117,8 @@ class StateStore:
 
     def latest_table_of_keys(self, name: str, keys: list[str], first: tuple[tuple, bool] | None) -> pa.Table | None:
         """latest_on_driver as an Arrow table (delta-rs's types): the latest rows, not deleted, of
-        at least the keys whose first column is one of `first` (first_values, or
-        column_first_values of the wanted keys' first column); None where the rows are Spark's to read."""
+        at least the keys whose first column is one of `first` (column_first_values of the wanted
+        keys' first column); None where the rows are Spark's to read."""
         data = self._raw_on_driver(name, keys[0] if keys else None, first if keys else None)
         return latest_table(_first_key_in(data, keys, first), keys, SEQ, DELETE_FLAG) if data is not None else None
 

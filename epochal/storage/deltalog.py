@@ -55,11 +55,13 @@ def commit_stamp(uri: str, version: int) -> tuple[int, int, int] | None:
     """What identifies the file of a local table's commit `version` (inode, size, modification
     time), or None where it is missing or the table is not on a local file system."""
     entry = _local_entry(uri, version)
+    if entry is None:
+        return None
     try:
-        found = os.stat(entry) if entry else None
+        found = os.stat(entry)
     except OSError:
         return None
-    return None if found is None else (found.st_ino, found.st_size, found.st_mtime_ns)
+    return found.st_ino, found.st_size, found.st_mtime_ns
 
 
 def _local_commit(uri: str, version: int) -> "Commit | None":
