@@ -29,6 +29,7 @@ from __future__ import annotations
 import collections
 import hashlib
 import logging
+import mmap
 import os
 import shutil
 import threading
@@ -75,6 +76,55 @@ def _rows_of_blocks(starts: np.ndarray, counts: np.ndarray, chosen: np.ndarray) 
         return np.empty(0, np.int64)
     shift = np.repeat(starts - (np.cumsum(counts) - counts), counts)
     return np.arange(total, dtype=np.int64) + shift
+
+
+def mapped_for_random_reads(path: str) -> pa.BufferReader:
+    """`path` memory-mapped, advised for reads at random places (MADV_RANDOM): a page fault reads
+    that page, not a window of the device's read-ahead around it (`read_ahead_kb`, megabytes on
+    a virtual disk), which made a read of some keys spread over copies larger than the page cache
+    read gigabytes (`python -m bench.copy_reads`). The mapping lives as long as the buffers
+    sliced from it."""
+    with open(path, "rb") as handle:
+        mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+    if hasattr(mapped, "madvise") and hasattr(mmap, "MADV_RANDOM"):
+        mapped.madvise(mmap.MADV_RANDOM)
+    return pa.BufferReader(pa.py_buffer(mapped))
+
+
+def rows_in_copy(source, bounds: np.ndarray, key: str, keys: np.ndarray, nulls: bool, columns: list[str]) -> pa.Table:
+    """A copy's rows whose `key` is one of `keys` (sorted int64, dates as days) or NULL (with
+    `nulls`), with `columns`: only the blocks whose `bounds` admit a key are looked at, and only
+    the rows holding one are copied out of `source` (the copy, mapped)."""
+    if bounds.shape[0] < 4:
+        raise ValueError(f"bounds of {bounds.shape[0]} rows, no block sizes")
+    lows, highs, null_counts, counts = bounds
+    admitted = np.zeros(len(lows), dtype=bool)
+    if len(keys):
+        at = np.searchsorted(keys, lows, side="left")
+        admitted = (at < len(keys)) & (keys[np.minimum(at, len(keys) - 1)] <= highs)
+    if nulls:
+        admitted |= null_counts > 0
+    looked_at = _rows_of_blocks(np.cumsum(counts) - counts, counts, admitted)
+    reader = ipc.open_file(source)
+    names = {n.lower(): n for n in reader.schema.names}
+    selected = [names[c.lower()] for c in columns]
+    parts, offset = [], 0
+    for index in range(reader.num_record_batches):
+        batch = reader.get_batch(index)
+        lo, hi = np.searchsorted(looked_at, [offset, offset + batch.num_rows])
+        if hi > lo:
+            at_rows = looked_at[lo:hi] - offset
+            values, missing = integers_and_nulls(batch.column(names[key.lower()]).take(at_rows))
+            kept = np.zeros(len(values), dtype=bool)
+            if len(keys):
+                kept = (keys[np.minimum(np.searchsorted(keys, values), len(keys) - 1)] == values) & ~missing
+            if nulls:
+                kept |= missing
+            parts.append(batch.select(selected).take(at_rows[kept]))
+        offset += batch.num_rows
+    if offset != int(counts.sum()):
+        raise ValueError(f"{offset} rows against {int(counts.sum())} in the bounds' blocks")
+    return pa.Table.from_batches(parts, pa.schema([reader.schema.field(n) for n in selected])).combine_chunks()
 
 
 def _durable(path: str) -> None:
@@ -241,38 +291,7 @@ class LocalCopies:
         if target is None:
             return None
         try:
-            bounds = self._bounds_of(target)
-            if bounds.shape[0] < 4:
-                raise ValueError(f"bounds of {bounds.shape[0]} rows, no block sizes")
-            lows, highs, null_counts, counts = bounds
-            admitted = np.zeros(len(lows), dtype=bool)
-            if len(keys):
-                at = np.searchsorted(keys, lows, side="left")
-                admitted = (at < len(keys)) & (keys[np.minimum(at, len(keys) - 1)] <= highs)
-            if nulls:
-                admitted |= null_counts > 0
-            looked_at = _rows_of_blocks(np.cumsum(counts) - counts, counts, admitted)
-            with pa.memory_map(target) as source:
-                reader = ipc.open_file(source)
-                names = {n.lower(): n for n in reader.schema.names}
-                selected = [names[c.lower()] for c in columns]
-                parts, offset = [], 0
-                for index in range(reader.num_record_batches):
-                    batch = reader.get_batch(index)
-                    lo, hi = np.searchsorted(looked_at, [offset, offset + batch.num_rows])
-                    if hi > lo:
-                        at_rows = looked_at[lo:hi] - offset
-                        values, missing = integers_and_nulls(batch.column(names[key.lower()]).take(at_rows))
-                        kept = np.zeros(len(values), dtype=bool)
-                        if len(keys):
-                            kept = (keys[np.minimum(np.searchsorted(keys, values), len(keys) - 1)] == values) & ~missing
-                        if nulls:
-                            kept |= missing
-                        parts.append(batch.select(selected).take(at_rows[kept]))
-                    offset += batch.num_rows
-                if offset != int(counts.sum()):
-                    raise ValueError(f"{offset} rows against {int(counts.sum())} in the bounds' blocks")
-                found = pa.Table.from_batches(parts, pa.schema([reader.schema.field(n) for n in selected])).combine_chunks()
+            found = rows_in_copy(mapped_for_random_reads(target), self._bounds_of(target), key, keys, nulls, columns)
             os.utime(target)
             return found
         except (OSError, ValueError, KeyError, pa.ArrowException) as error:
