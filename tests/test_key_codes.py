@@ -101,3 +101,9 @@ def test_string_views_keep_their_nulls():
     assert column_first_values(rows.column("k")) == (("", "x"), True)
     assert values_on_driver(rows, "k") == (["", "x"], True)
     assert values_on_driver(rows.slice(1, 1), "k") == (["x"], False)
+
+
+def test_latest_state_row_of_a_global_aggregate():
+    """No keys: the one group's latest row (the wanted key is the empty tuple)."""
+    data = pa.table({"__seq": pa.array([1, 2], pa.int64()), "__deleted": [False, False], "v": pa.array([5, 7], pa.int64())})
+    assert latest_rows(data, [], [()], "__seq", "__deleted") == {(): {"v": 7}}

@@ -156,7 +156,7 @@ def latest_rows(data: pa.Table, keys: list[str], wanted: list[tuple], seq: str, 
     `seq`, unless that row is a deletion. Keys match NULL-safely (None equals None), as Spark's
     join on the state does."""
     names = {c.lower(): c for c in data.column_names}
-    latest = latest_table(_first_key_in(data, keys, first_values(wanted)), keys, seq, delete_flag)
+    latest = latest_table(_first_key_in(data, keys, first_values(wanted) if keys else None), keys, seq, delete_flag)
     wanted_set = set(wanted)
     found = key_tuples(latest, [names[k.lower()] for k in keys]) if keys else [()] * latest.num_rows
     return {key: row for key, row in zip(found, latest.to_pylist()) if key in wanted_set}
