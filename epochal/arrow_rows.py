@@ -107,10 +107,7 @@ def first_values(keys) -> tuple[tuple, bool] | None:
     """The sorted distinct non-NULL first values of key tuples, and whether one is NULL (the
     keys a driver read takes); None where the values do not sort."""
     first = {key[0] for key in keys}
-    try:
-        return tuple(sorted(v for v in first if v is not None)), None in first
-    except TypeError:
-        return None
+    return _sorted_and_null(first - {None}, None in first)
 
 
 def column_first_values(*columns: pa.ChunkedArray) -> tuple[tuple, bool] | None:
@@ -124,6 +121,10 @@ def column_first_values(*columns: pa.ChunkedArray) -> tuple[tuple, bool] | None:
         distinct = pc.unique(column)
         null = null or distinct.null_count > 0
         values.update(distinct.drop_null().to_pylist())
+    return _sorted_and_null(values, null)
+
+
+def _sorted_and_null(values: set, null: bool) -> tuple[tuple, bool] | None:
     try:
         return tuple(sorted(values)), null
     except TypeError:

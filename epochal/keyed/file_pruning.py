@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from ..arrow_rows import key_kind
-from .local_copies import integers_and_nulls
+from .local_copies import integers_and_nulls, ranges_holding
 
 
 def _admits(keys: list, smallest, largest) -> bool:
@@ -107,10 +107,7 @@ def row_groups_holding(fragment, column: str, keys: np.ndarray, nulls: bool, siz
     if found is None:
         return fragment
     fragment, lows, highs, may_null = found
-    admitted = np.zeros(len(lows), dtype=bool)
-    if len(keys):
-        at = np.searchsorted(keys, lows, side="left")
-        admitted = (at < len(keys)) & (keys[np.minimum(at, len(keys) - 1)] <= highs)
+    admitted = ranges_holding(keys, lows, highs)
     if nulls:
         admitted |= may_null
     chosen = np.flatnonzero(admitted)

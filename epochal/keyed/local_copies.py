@@ -78,6 +78,22 @@ def _rows_of_blocks(starts: np.ndarray, counts: np.ndarray, chosen: np.ndarray) 
     return np.arange(total, dtype=np.int64) + shift
 
 
+def ranges_holding(keys: np.ndarray, lows: np.ndarray, highs: np.ndarray) -> np.ndarray:
+    """Which ranges [low, high] hold at least one of `keys` (sorted int64): the blocks, row
+    groups or files a read of those keys must look at."""
+    if not len(keys):
+        return np.zeros(len(lows), dtype=bool)
+    at = np.searchsorted(keys, lows, side="left")
+    return (at < len(keys)) & (keys[np.minimum(at, len(keys) - 1)] <= highs)
+
+
+def one_of(keys: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Which `values` are one of `keys` (sorted int64)."""
+    if not len(keys):
+        return np.zeros(len(values), dtype=bool)
+    return keys[np.minimum(np.searchsorted(keys, values), len(keys) - 1)] == values
+
+
 def mapped_for_random_reads(path: str) -> pa.BufferReader:
     """`path` memory-mapped, advised for reads at random places (MADV_RANDOM): a page fault reads
     that page, not a window of the device's read-ahead around it (`read_ahead_kb`, megabytes on
@@ -98,10 +114,7 @@ def rows_in_copy(source, bounds: np.ndarray, key: str, keys: np.ndarray, nulls: 
     if bounds.shape[0] < 4:
         raise ValueError(f"bounds of {bounds.shape[0]} rows, no block sizes")
     lows, highs, null_counts, counts = bounds
-    admitted = np.zeros(len(lows), dtype=bool)
-    if len(keys):
-        at = np.searchsorted(keys, lows, side="left")
-        admitted = (at < len(keys)) & (keys[np.minimum(at, len(keys) - 1)] <= highs)
+    admitted = ranges_holding(keys, lows, highs)
     if nulls:
         admitted |= null_counts > 0
     looked_at = _rows_of_blocks(np.cumsum(counts) - counts, counts, admitted)
@@ -115,9 +128,7 @@ def rows_in_copy(source, bounds: np.ndarray, key: str, keys: np.ndarray, nulls: 
         if hi > lo:
             at_rows = looked_at[lo:hi] - offset
             values, missing = integers_and_nulls(batch.column(names[key.lower()]).take(at_rows))
-            kept = np.zeros(len(values), dtype=bool)
-            if len(keys):
-                kept = (keys[np.minimum(np.searchsorted(keys, values), len(keys) - 1)] == values) & ~missing
+            kept = one_of(keys, values) & ~missing
             if nulls:
                 kept |= missing
             parts.append(batch.select(selected).take(at_rows[kept]))
@@ -314,8 +325,7 @@ class LocalCopies:
         if bounds.shape[0] < 4:
             return 0
         lows, highs, null_counts, counts = bounds
-        at = np.minimum(np.searchsorted(keys, lows), len(keys) - 1)
-        return int(counts[(lows == highs) & (keys[at] == lows) & (null_counts == 0)].sum())
+        return int(counts[(lows == highs) & one_of(keys, lows) & (null_counts == 0)].sum())
 
     def _bounds_of(self, target: str) -> np.ndarray:
         with self._guard:
