@@ -461,3 +461,35 @@ def test_state_too_large_for_the_driver_is_kept_in_key_order_and_read_from_local
             keys = pq.read_table(uri).column(0).to_pylist()  # the first key (a's k, renamed)
             assert keys == sorted(keys, key=lambda k: (k is not None, k)), (state, keys)  # Spark sorts NULLs first
         assert glob.glob(f"{copies._folder(state.rstrip('/'))}/*.arrow"), state
+
+
+def test_a_change_feed_the_driver_does_not_hold_is_appended_through_spark(spark, warehouse):
+    """An input's changes too many for the driver to hold (a large update of a column no table
+    reads, say) are appended as Spark reads the change feed, not by building the arrangement
+    again; a feed large enough to be due for a rebuild builds it. Either way a read of every
+    key returns the input's rows."""
+    source = f"{warehouse}/{uuid.uuid4().hex[:8]}/t"
+    (spark.range(0, 500).selectExpr("id AS k", "CAST(id % 7 AS STRING) AS v").write.format("delta")
+     .option("delta.enableChangeDataFeed", "true").save(source))
+    spark.sql(f"UPDATE delta.`{source}` SET v = concat(v, '.') WHERE k % 3 = 0")
+    spark.sql(f"DELETE FROM delta.`{source}` WHERE k % 5 = 1")
+    spark.range(1000, 1010).selectExpr("id AS k", "'new' AS v").write.format("delta").mode("append").save(source)
+
+    def not_held(before, after):
+        return None
+
+    def rows_of(table) -> list:
+        return sorted(zip(table.column("k").to_pylist(), table.column("v").to_pylist()))
+
+    keys = pa.array(list(range(0, 500)) + list(range(1000, 1010)), pa.int64())
+    expected = sorted((r.k, r.v) for r in spark.read.format("delta").load(source).collect())
+    for upkeep, done in ((Upkeep(), "appended"), (Upkeep(rebuild_fraction=0.1, rebuild_rows=0), "built")):
+        arrangements = Arrangements(f"{warehouse}/{uuid.uuid4().hex[:8]}/arrangements", min_rows=0, upkeep=upkeep)
+        arrangements.build(spark, source, 0, "k", ["k", "v"])
+        assert arrangements.advance(spark, source, 3, "k", ["k", "v"], not_held) == done
+        chain = arrangements.chain(source, "k")
+        if done == "appended":
+            assert (chain[-1].since, chain[-1].to, chain[-1].rows) == (0, 3, 2 * 167 + 100 + 10)
+        else:
+            assert len(chain) == 1 and chain[0].to == 3
+        assert rows_of(arrangements.read(source, 3, "k", keys, False, ["k", "v"], not_held)) == expected

@@ -56,11 +56,12 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import DeltaError
+from pyspark.errors import PySparkException
 from pyspark.sql import functions as F
 
 from .. import faults
 from ..arrow_rows import key_kind
-from ..changes import feed_weights, quoted
+from ..changes import CHANGE_TYPE, POSITIVE_TYPES, feed_weights, quoted
 from ..graph import WEIGHT
 from ..sessions import session_confs
 from ..storage.commit_lock import commit_lock
@@ -177,6 +178,11 @@ def _without_views(table: pa.Table) -> pa.Table:
 def _sorted_by(rows: pa.Table, key: str) -> pa.Table:
     """`rows` in an arrangement's order: by `key`, NULLs first (as Spark's ascending sort)."""
     return rows.take(pc.sort_indices(rows, sort_keys=[(key, "ascending", "at_start")]))
+
+
+def _named(columns, name: str) -> str:
+    """`name` as `columns` spell it (Spark's names are case-insensitive)."""
+    return next(c for c in columns if c.lower() == name.lower())
 
 
 def due_for_rebuild(chain: list[ArrangementCommit], upkeep: Upkeep = Upkeep()) -> bool:
@@ -569,7 +575,7 @@ class Arrangements:
         by_name = {n.lower(): n for n in feed.column_names}
         rows = pa.Table.from_arrays([feed.column(by_name[c.lower()]) for c in commit.columns] + [feed_weights(feed)],
                                     names=list(commit.columns) + [WEIGHT])
-        rows = _sorted_by(_without_views(rows), next(c for c in commit.columns if c.lower() == key.lower()))
+        rows = _sorted_by(_without_views(rows), _named(commit.columns, key))
         meta = dict(arrangement=FORMAT, since=commit.to, to=to, columns=list(commit.columns),
                     source=self._name(source), key=key, rows=rows.num_rows,
                     source_id=commit.source_id or self.source_id(source))
@@ -580,6 +586,42 @@ class Arrangements:
                             commit_properties=CommitProperties(custom_metadata={"userMetadata": json.dumps(meta)}))
         faults.point("after_arrangement_append")
         self._written(source, key)
+
+    def _append_by_spark(self, spark, source: str, key: str, chain: list[ArrangementCommit], to: int) -> bool:
+        """Append the input's change feed from the chain's last commit to `to` as Spark reads it,
+        where the driver does not hold it (larger than a keyed read may hold, or not read by
+        delta-rs as Spark reads it): one sorted file, a few Spark jobs, where building the
+        arrangement again would read, sort and write the whole input (a large input's update of
+        a column no table reads, between two epochs, did that). False, writing nothing, where
+        the feed is large enough that the arrangement is due for a rebuild with it."""
+        commit = chain[-1]
+        try:
+            feed = (spark.read.format("delta").option("readChangeFeed", "true")
+                    .option("startingVersion", commit.to + 1).option("endingVersion", to).load(source))
+            rows = feed.count()
+        except PySparkException as error:  # no change feed kept for those versions: build it
+            log.info("change feed of %s from version %d not read (%s); its arrangement by %s is built again",
+                     source, commit.to + 1, type(error).__name__, key)
+            return False
+        by_name = {f.name.lower(): f.name for f in feed.schema.fields}
+        if any(c.lower() not in by_name for c in commit.columns):
+            return False
+        if due_for_rebuild([*chain, ArrangementCommit(-1, commit.to, to, commit.columns, rows)], self.upkeep):
+            return False
+        weight = F.when(F.col(CHANGE_TYPE).isin(*POSITIVE_TYPES), F.lit(1)).otherwise(F.lit(-1)).cast("long")
+        sorted_ = (feed.select(*[F.col(quoted(by_name[c.lower()])).alias(c) for c in commit.columns],
+                               weight.alias(WEIGHT))
+                   .repartition(1).sortWithinPartitions(F.col(quoted(_named(commit.columns, key)))))
+        meta = dict(arrangement=FORMAT, since=commit.to, to=to, columns=list(commit.columns),
+                    source=self._name(source), key=key, rows=rows,
+                    source_id=commit.source_id or self.source_id(source))
+        with _row_group_setting, session_confs(spark, {"parquet.block.row.count.limit": str(ROW_GROUP)}), \
+                commit_lock(self.path(source, key)):
+            sorted_.write.format("delta").mode("append").option("userMetadata", json.dumps(meta)).save(self.path(source, key))
+        faults.point("after_arrangement_append")
+        self._written(source, key)
+        log.info("appended %d change rows of %s to its arrangement by %s through Spark", rows, source, key)
+        return True
 
     def advance(self, spark, source: str, version: int, key: str, columns: list[str], changes) -> str:
         """Bring the arrangement of `source` by `key` to `version`: build it (none yet, too many
@@ -593,6 +635,8 @@ class Arrangements:
             feed = changes(chain[-1].to, version)
             if feed is not None:
                 self.append(source, key, chain[-1], version, feed)
+                return "appended"
+            if self._append_by_spark(spark, source, key, chain, version):
                 return "appended"
         wanted = list(dict.fromkeys([*(chain[-1].columns if chain else ()), *columns, key], None))
         unique = list({c.lower(): c for c in wanted}.values())
