@@ -18,7 +18,8 @@ and delta-rs up to DRIVER_BUILD_ROWS rows, by Spark above) after the refresh tha
 (for the keys its plan marks: restrict_cogenerators.keyed_partners), or else after the first
 refresh that read the input by key; each refresh that read the input by key appends the
 input's change feed since (weights +1 and -1, a small delta-rs commit, sorted by the key in row
-groups of ROW_GROUP rows too, so a read skips most of each appended file as well). It is built
+groups of ROW_GROUP rows too, so a read skips most of each appended file as well; a feed larger
+than the driver holds is appended the same way by Spark). It is built
 again once its appends are Upkeep.rebuild_appends files or Upkeep.rebuild_fraction of its built
 rows (upkeep.py): every read
 opens each appended file and cancelled rows pile up, while a build reads, sorts and writes the
@@ -615,9 +616,15 @@ class Arrangements:
         meta = dict(arrangement=FORMAT, since=commit.to, to=to, columns=list(commit.columns),
                     source=self._name(source), key=key, rows=rows,
                     source_id=commit.source_id or self.source_id(source))
-        with _row_group_setting, session_confs(spark, {"parquet.block.row.count.limit": str(ROW_GROUP)}), \
-                commit_lock(self.path(source, key)):
-            sorted_.write.format("delta").mode("append").option("userMetadata", json.dumps(meta)).save(self.path(source, key))
+        try:
+            with _row_group_setting, session_confs(spark, {"parquet.block.row.count.limit": str(ROW_GROUP)}), \
+                    commit_lock(self.path(source, key)):
+                (sorted_.write.format("delta").mode("append").option("userMetadata", json.dumps(meta))
+                 .save(self.path(source, key)))
+        except PySparkException as error:  # types Delta does not append to the arrangement's: build it
+            log.info("change feed of %s not appended to its arrangement by %s (%s: %s); it is built again",
+                     source, key, type(error).__name__, error)
+            return False
         faults.point("after_arrangement_append")
         self._written(source, key)
         log.info("appended %d change rows of %s to its arrangement by %s through Spark", rows, source, key)
