@@ -525,9 +525,13 @@ def _arranged_line(run: dict) -> list[str]:
     done = [(e["index"], a) for e in run["epochs"] for a in e.get("arranged", [])]
     if not done:
         return []
-    built = [f"epoch {i}: {a['input']}.{a['key']} built {a['seconds']:.1f} s" for i, a in done if a["what"] == "built"]
-    appended = [a["seconds"] for _, a in done if a["what"] == "appended"]
-    parts = built + ([f"{len(appended)} appends of change feeds, at most {max(appended):.2f} s"] if appended else [])
+    built = [f"epoch {i}: {a['input']}.{a['key']} {a['what']} ({a['seconds']:.1f} s)"
+             for i, a in done if a["what"].startswith("built")]
+    by_spark = [f"epoch {i}: {a['input']}.{a['key']} {a['what']} ({a['seconds']:.1f} s)"
+                for i, a in done if a["what"].startswith("appended: through Spark")]
+    appended = [a["seconds"] for _, a in done if a["what"].startswith("appended")]
+    parts = built + by_spark + ([f"{len(appended)} appends of change feeds, at most {max(appended):.2f} s"]
+                                if appended else [])
     lines = [f"Arrangements (inside the whole epoch): {', '.join(parts) or 'all current'}.", ""]
     served = [(e["index"], r) for e in run["epochs"] for r in e.get("arranged_reads", [])]
     if served:

@@ -40,7 +40,7 @@ from .explain import explain
 from .graph import Scan, walk
 from .invalidation import Invalidation
 from .invalidation import compute as compute_invalidation
-from .keyed.arrangements import ARRANGE_ROWS, Arrangements
+from .keyed.arrangements import ARRANGE_ROWS, Arrangements, what_was_done
 from .keyed.keyed_files import KeyedFiles
 from .keyed.local_copies import LocalCopies
 from .keyed.shared_reads import SharedReads
@@ -156,7 +156,7 @@ class Engine:
         self.remap = Remap(self.warehouse.engine_path("remap"), storage_options, self.run_id)
         self.sources: dict[str, Source] = {}
         self._tables: dict[str, Table] = {}
-        self.arranged: list[tuple[str, str, int, str, float]] = []  # the last refresh's: path, key, version, what, s
+        self.arranged: list[tuple[str, str, int, str, float]] = []  # the last refresh's: path, key, version, what (Arrangements.advance), s
         self.arranged_reads: dict[tuple[str, str], dict[str, int]] = {}  # the last refresh's (Arrangements.take_served)
         self.arrangement_failures: collections.Counter = collections.Counter()  # (path, key) -> refreshes failed in a row
         self.schemas = AnalysedSchemas(self.warehouse.local_folder("schemas"))
@@ -440,7 +440,8 @@ class Engine:
         made, failed or not made for want of disk. None without arrangements."""
         if self.arrangements is None:
             return None
-        done = collections.Counter(what for _, _, _, what, _ in self.arranged if not what.startswith("failed"))
+        done = collections.Counter(what_was_done(what) for _, _, _, what, _ in self.arranged
+                                   if not what.startswith("failed"))
         failed = [f"{path} by {key}: {what.removeprefix('failed: ')} "
                   f"({_times(self.arrangement_failures[(path, key)])} in a row)"
                   for path, key, _, what, _ in self.arranged if what.startswith("failed")]

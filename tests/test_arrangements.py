@@ -33,6 +33,7 @@ from epochal.keyed.arrangements import (
     TooManyRows,
     due_for_rebuild,
     net_rows,
+    what_was_done,
 )
 from epochal.keyed.keyed_files import KeyedFiles
 from epochal.keyed.local_copies import LocalCopies
@@ -265,7 +266,7 @@ def test_an_arrangement_of_a_table_deleted_and_created_again_is_not_read(spark, 
     arrangements.begin_refresh()
     assert arrangements.chain(source, "k") == []
     assert arrangements.read(source, 3, "k", keys, False, ["k", "v"], feed) is None
-    assert arrangements.advance(spark, source, 5, "k", ["k", "v"], feed) == "built"
+    assert arrangements.advance(spark, source, 5, "k", ["k", "v"], feed) == "built: none yet"
     assert arrangements.chain(source, "k")[-1].source_id == new_id
     assert arrangements.read(source, 5, "k", keys, False, ["k", "v"], feed).column("v").to_pylist() == ["new"] * 2
 
@@ -338,7 +339,7 @@ def test_tables_refreshed_one_at_a_time_share_one_arrangement_built_once(spark, 
             b.delete(change)  # each step reads a by key for b's changed keys
         for table in ("with_v", "with_w"):
             engine.refresh([table])
-            done += [what for path, key, _, what, _ in engine.arranged if path == a.path and key == "k"]
+            done += [what_was_done(what) for path, key, _, what, _ in engine.arranged if path == a.path and key == "k"]
         assert_matches_recompute(engine)
     assert done.count("built") == 1 and "appended" in done, done
     chain = engine.arrangements.chain(a.path, "k")
@@ -367,7 +368,7 @@ def test_a_warehouse_copied_elsewhere_keeps_its_arrangements_and_their_local_cop
         if change:
             sources["b"].delete(change)
         made += engine.refresh()[0].detail["arrangements"]["copies"].get("made", 0)
-        done += [what for path, _, _, what, _ in engine.arranged if path == sources["a"].path]
+        done += [what_was_done(what) for path, _, _, what, _ in engine.arranged if path == sources["a"].path]
     assert "built" in done and made, (done, made)
 
     copied = f"{warehouse}/{uuid.uuid4().hex[:8]}"
@@ -377,7 +378,7 @@ def test_a_warehouse_copied_elsewhere_keeps_its_arrangements_and_their_local_cop
     sources["a"].insert([(106, 1)])
     report = engine.refresh()[0]
     assert_matches_recompute(engine)
-    done = [what for path, _, _, what, _ in engine.arranged if path == sources["a"].path]
+    done = [what_was_done(what) for path, _, _, what, _ in engine.arranged if path == sources["a"].path]
     assert done and "built" not in done, engine.arranged
     assert report.detail["arrangements"]["copies"].get("made", 0) == 0, report.detail["arrangements"]
 
@@ -483,12 +484,13 @@ def test_a_change_feed_the_driver_does_not_hold_is_appended_through_spark(spark,
 
     keys = pa.array(list(range(0, 500)) + list(range(1000, 1010)), pa.int64())
     expected = sorted((r.k, r.v) for r in spark.read.format("delta").load(source).collect())
-    for upkeep, done in ((Upkeep(), "appended"), (Upkeep(rebuild_fraction=0.1, rebuild_rows=0), "built")):
+    for upkeep, done in ((Upkeep(), "appended: through Spark, 444 rows"),
+                         (Upkeep(rebuild_fraction=0.1, rebuild_rows=0), "built: due for a rebuild with the change feed's 444 rows")):
         arrangements = Arrangements(f"{warehouse}/{uuid.uuid4().hex[:8]}/arrangements", min_rows=0, upkeep=upkeep)
         arrangements.build(spark, source, 0, "k", ["k", "v"])
         assert arrangements.advance(spark, source, 3, "k", ["k", "v"], not_held) == done
         chain = arrangements.chain(source, "k")
-        if done == "appended":
+        if what_was_done(done) == "appended":
             assert (chain[-1].since, chain[-1].to, chain[-1].rows) == (0, 3, 2 * 167 + 100 + 10)
         else:
             assert len(chain) == 1 and chain[0].to == 3

@@ -198,6 +198,11 @@ def due_for_rebuild(chain: list[ArrangementCommit], upkeep: Upkeep = Upkeep()) -
     return sum(c.rows for c in appends) > max(upkeep.rebuild_fraction * chain[0].rows, upkeep.rebuild_rows)
 
 
+def what_was_done(advanced: str) -> str:
+    """"built", "appended" or "current" of what `Arrangements.advance` returned."""
+    return advanced.partition(":")[0]
+
+
 class TooManyRows(Exception):
     """A keyed read found more rows than its limit: the keys' rows are read another way (a
     scan of the input would find the same rows, so none is made)."""
@@ -249,7 +254,7 @@ class Arrangements:
         with self._guard:
             self._source_ids = dict(source_ids or {})
 
-    def source_id(self, source: str) -> str | None:
+    def source_id(self, source: str) -> str:
         """The Delta table id of the table now at `source` (None: none there, or its log unreadable)."""
         with self._guard:
             if source in self._source_ids:
@@ -588,13 +593,14 @@ class Arrangements:
         faults.point("after_arrangement_append")
         self._written(source, key)
 
-    def _append_by_spark(self, spark, source: str, key: str, chain: list[ArrangementCommit], to: int) -> bool:
+    def _append_by_spark(self, spark, source: str, key: str, chain: list[ArrangementCommit], to: int) -> str | None:
         """Append the input's change feed from the chain's last commit to `to` as Spark reads it,
         where the driver does not hold it (larger than a keyed read may hold, or not read by
         delta-rs as Spark reads it): one sorted file, a few Spark jobs, where building the
         arrangement again would read, sort and write the whole input (a large input's update of
         a column no table reads, between two epochs, did that). False, writing nothing, where
-        the feed is large enough that the arrangement is due for a rebuild with it."""
+        the feed is large enough that the arrangement is due for a rebuild with it. Returns what
+        `advance` reports: how many rows it appended, or (writing nothing) why it builds instead."""
         commit = chain[-1]
         try:
             feed = (spark.read.format("delta").option("readChangeFeed", "true")
@@ -603,12 +609,13 @@ class Arrangements:
         except PySparkException as error:  # no change feed kept for those versions: build it
             log.info("change feed of %s from version %d not read (%s); its arrangement by %s is built again",
                      source, commit.to + 1, type(error).__name__, key)
-            return False
+            return f"built: change feed from version {commit.to + 1} not read ({type(error).__name__})"
         by_name = {f.name.lower(): f.name for f in feed.schema.fields}
-        if any(c.lower() not in by_name for c in commit.columns):
-            return False
+        missing = [c for c in commit.columns if c.lower() not in by_name]
+        if missing:
+            return f"built: change feed lacks {', '.join(missing)}"
         if due_for_rebuild([*chain, ArrangementCommit(-1, commit.to, to, commit.columns, rows)], self.upkeep):
-            return False
+            return f"built: due for a rebuild with the change feed's {rows} rows"
         weight = F.when(F.col(CHANGE_TYPE).isin(*POSITIVE_TYPES), F.lit(1)).otherwise(F.lit(-1)).cast("long")
         sorted_ = (feed.select(*[F.col(quoted(by_name[c.lower()])).alias(c) for c in commit.columns],
                                weight.alias(WEIGHT))
@@ -624,28 +631,39 @@ class Arrangements:
         except PySparkException as error:  # types Delta does not append to the arrangement's: build it
             log.info("change feed of %s not appended to its arrangement by %s (%s: %s); it is built again",
                      source, key, type(error).__name__, error)
-            return False
+            return f"built: Delta refused the change feed's append ({type(error).__name__})"
         faults.point("after_arrangement_append")
         self._written(source, key)
         log.info("appended %d change rows of %s to its arrangement by %s through Spark", rows, source, key)
-        return True
+        return f"appended: through Spark, {rows} rows"
 
     def advance(self, spark, source: str, version: int, key: str, columns: list[str], changes) -> str:
         """Bring the arrangement of `source` by `key` to `version`: build it (none yet, too many
-        appends, a column missing, a gap), else append the change feed since. Returns what was
-        done ("built", "appended", "current")."""
+        appends, a column missing, a feed neither the driver nor Spark appends), else append the
+        change feed since. Returns what was done, "current", "appended" or "built", and after a
+        colon how or why ("appended: through Spark, 150000 rows", "built: none yet"), so a run's
+        report says which rule decided (`what_was_done` strips it)."""
         chain = self.chain(source, key)
         held = {c.lower() for c in chain[-1].columns} if chain else set()
-        if chain and chain[-1].to >= version and {c.lower() for c in columns} <= held:
+        missing = [c for c in columns if c.lower() not in held]
+        if chain and chain[-1].to >= version and not missing:
             return "current"  # (a later refresh may have advanced it already)
-        if chain and chain[-1].to < version and {c.lower() for c in columns} <= held and not due_for_rebuild(chain, self.upkeep):
+        if not chain:
+            why = "built: none yet"
+        elif missing:
+            why = f"built: {', '.join(missing)} not held"
+        elif due_for_rebuild(chain, self.upkeep):
+            appended = sum(c.rows or 0 for c in chain[1:])
+            why = f"built: due for a rebuild, {len(chain) - 1} appends of {appended} rows on {chain[0].rows}"
+        else:
             feed = changes(chain[-1].to, version)
             if feed is not None:
                 self.append(source, key, chain[-1], version, feed)
-                return "appended"
-            if self._append_by_spark(spark, source, key, chain, version):
-                return "appended"
+                return f"appended: on the driver, {feed.num_rows} rows"
+            why = self._append_by_spark(spark, source, key, chain, version)
+            if what_was_done(why) == "appended":
+                return why
         wanted = list(dict.fromkeys([*(chain[-1].columns if chain else ()), *columns, key], None))
         unique = list({c.lower(): c for c in wanted}.values())
         self.build(spark, source, version, key, unique)
-        return "built"
+        return why
