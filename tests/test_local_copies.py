@@ -8,6 +8,8 @@ tests/test_arrangements.py), whose Engine makes them under the warehouse."""
 from __future__ import annotations
 
 import datetime
+import decimal
+import mmap
 import os
 import time
 
@@ -15,13 +17,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
+import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from epochal.keyed.file_pruning import as_integers
-from epochal.keyed.local_copies import LocalCopies
+from epochal.keyed.local_copies import LocalCopies, MappedCopy
 
 KEYS = st.lists(st.one_of(st.none(), st.integers(-40, 40)), min_size=1, max_size=300)
 
@@ -44,7 +47,7 @@ def _file(folder, keys: list, date: bool, ordered: bool = True):
 
 def _read(copies, path, fragment, table, wanted: list, nulls: bool):
     values = pa.array(wanted, table.schema.field("K").type)
-    rows = copies.rows(path, fragment, "k", np.sort(as_integers(values)), nulls, ["v", "K"])
+    rows = copies.rows(path, fragment, "k", np.sort(as_integers(values)), nulls, ["v", "K", "s"])
     assert rows is not None
     mask = pc.is_in(rows.column("K"), value_set=values)
     if nulls:
@@ -165,3 +168,71 @@ def test_a_rebuilt_tables_old_copies_are_pruned_and_others_kept(tmp_path):
     new = copies.make(new_path, new_fragment, "k")
     assert copies.prune(str(table), [new_path], "k") == 1
     assert not os.path.exists(old) and os.path.exists(new) and os.path.exists(other)
+
+
+class _Advice:
+    """Stands in for a copy's mapping where only its advice is looked at: the pages asked for."""
+
+    def __init__(self):
+        self.pages: set[int] = set()
+
+    def madvise(self, option, start, length):
+        assert option == mmap.MADV_WILLNEED and start % mmap.PAGESIZE == 0 and length % mmap.PAGESIZE == 0
+        self.pages |= set(range(start // mmap.PAGESIZE, (start + length) // mmap.PAGESIZE))
+
+
+@pytest.fixture(scope="module")
+def copy_of_every_layout(tmp_path_factory) -> str:
+    """An Arrow IPC file of one 60,000-row batch: integers with NULLs, decimals, strings with
+    NULLs, booleans, dates and a list."""
+    count = 60_000
+    table = pa.table({
+        "i": pa.array([None if i % 7 == 0 else i for i in range(count)], pa.int64()),
+        "d": pa.array([decimal.Decimal(i) / 100 for i in range(count)], pa.decimal128(12, 2)),
+        "s": pa.array([None if i % 5 == 0 else "x" * (i % 40) for i in range(count)]),
+        "b": pa.array([i % 3 == 0 for i in range(count)]),
+        "t": pa.array([datetime.date(2000, 1, 1)] * count, pa.date32()),
+        "l": pa.array([[i] for i in range(count)], pa.list_(pa.int64())),
+    })
+    path = str(tmp_path_factory.mktemp("mapped") / "copy.arrow")
+    with pa.OSFile(path, "wb") as sink, ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table, max_chunksize=count)
+    return path
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=st.lists(st.integers(0, 59_999), max_size=40, unique=True), offset=st.integers(0, 3))
+def test_a_read_asks_for_exactly_the_pages_holding_its_rows(copy_of_every_layout, rows, offset):
+    """`MappedCopy.prefetch` asks for every page holding a byte of the rows' values (validity,
+    values, offsets and strings) and no other, whatever the column's type; a layout it does not
+    know (a list) is left to its page faults."""
+    path = copy_of_every_layout
+    copy = MappedCopy(path)
+    assert copy.prefetching, "Linux's mmap advises"
+    batch = copy.reader().get_batch(0).slice(offset)
+    chosen = np.array(sorted(r for r in rows if r < batch.num_rows), np.int64)
+    advice = copy.mapping = _Advice()
+    copy.prefetch(batch.columns, chosen)
+
+    base = copy.buffer.address
+    expected = set()
+
+    def holding(buffer, first: int, last: int) -> None:
+        expected.update(range((buffer.address - base + first) // mmap.PAGESIZE,
+                              (buffer.address - base + max(last, first + 1) - 1) // mmap.PAGESIZE + 1))
+
+    for column in batch.columns[:-1]:
+        buffers = column.buffers()
+        for row in (int(r) + column.offset for r in chosen):
+            if buffers[0] is not None and column.null_count:
+                holding(buffers[0], row // 8, row // 8 + 1)
+            if pa.types.is_boolean(column.type):
+                holding(buffers[1], row // 8, row // 8 + 1)
+            elif pa.types.is_string(column.type):
+                holding(buffers[1], 4 * row, 4 * row + 8)
+                start, end = np.frombuffer(buffers[1], np.int32)[row:row + 2]
+                holding(buffers[2], int(start), int(end))
+            else:
+                width = column.type.bit_width // 8
+                holding(buffers[1], width * row, width * (row + 1))
+    assert advice.pages == expected

@@ -94,23 +94,127 @@ def one_of(keys: np.ndarray, values: np.ndarray) -> np.ndarray:
     return keys[np.minimum(np.searchsorted(keys, values), len(keys) - 1)] == values
 
 
-def mapped_for_random_reads(path: str) -> pa.BufferReader:
-    """`path` memory-mapped, advised for reads at random places (MADV_RANDOM): a page fault reads
-    that page, not a window of the device's read-ahead around it (`read_ahead_kb`, megabytes on
-    a virtual disk), which made a read of some keys spread over copies larger than the page cache
-    read gigabytes (`python -m bench.copy_reads`). The mapping lives as long as the buffers
-    sliced from it."""
-    with open(path, "rb") as handle:
-        mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-    if hasattr(mapped, "madvise") and hasattr(mmap, "MADV_RANDOM"):
-        mapped.madvise(mmap.MADV_RANDOM)
-    return pa.BufferReader(pa.py_buffer(mapped))
+class MappedCopy:
+    """A copy memory-mapped for reads at random places.
+
+    The mapping is advised MADV_RANDOM: a page fault then reads that page, not a window of the
+    device's read-ahead around it (`read_ahead_kb`, megabytes on a virtual disk), which made a
+    read of some keys spread over copies larger than the page cache read gigabytes. Each page a
+    read needs and the page cache lacks is still a major fault, one synchronous read of the disk
+    at a time (`python -m bench.copy_reads`). So before it touches them, a read asks for the pages
+    holding its rows (`prefetch`, MADV_WILLNEED): the kernel queues those reads at once, and the
+    faults that follow find them in the page cache or in flight. The advice never changes what is
+    read (`prefetching=False`, for the benchmark, leaves it out). The mapping lives as long as the
+    buffers sliced from it."""
+
+    def __init__(self, path: str, prefetching: bool = True):
+        with open(path, "rb") as handle:
+            self.mapping = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+        self.advises = hasattr(self.mapping, "madvise") and hasattr(mmap, "MADV_RANDOM")
+        self.prefetching = prefetching and self.advises and hasattr(mmap, "MADV_WILLNEED")
+        if self.advises:
+            self.mapping.madvise(mmap.MADV_RANDOM)
+        self.buffer = pa.py_buffer(self.mapping)
+
+    def reader(self) -> ipc.RecordBatchFileReader:
+        return ipc.open_file(pa.BufferReader(self.buffer))
+
+    def prefetch(self, arrays: list[pa.Array], rows: np.ndarray) -> None:
+        """Ask the kernel for the pages holding `rows` (ascending) of each of `arrays` (slices of
+        this mapping): their validity, values and offsets first, then, with the offsets read,
+        their strings' bytes. Types of other layouts are left to their page faults."""
+        if not self.prefetching or not len(rows):
+            return
+        ranges, strings = [], []
+        for array in arrays:
+            ranges += self._fixed_ranges(array, rows)
+            if _offsets_type(array.type) is not None:
+                strings.append(array)
+        self._advise(ranges)
+        ranges = []
+        for array in strings:
+            buffers = array.buffers()
+            if len(buffers) < 3 or buffers[2] is None or not buffers[2].size:
+                continue
+            offsets = np.frombuffer(buffers[1], dtype=_offsets_type(array.type))[array.offset:]
+            ranges.append((buffers[2].address, offsets[rows], offsets[rows + 1]))
+        self._advise(ranges)
+
+    @staticmethod
+    def _fixed_ranges(array: pa.Array, rows: np.ndarray) -> list[tuple[int, np.ndarray, np.ndarray]]:
+        """(buffer address, start byte, end byte) per row of `rows` in `array`'s validity bitmap
+        and values or offsets buffer, where its layout is one of those."""
+        buffers = array.buffers()
+        at = rows + array.offset
+        found = []
+        if buffers[0] is not None and array.null_count:
+            found.append((buffers[0].address, at // 8, at // 8 + 1))
+        offsets, width = _offsets_type(array.type), _value_bytes(array.type)
+        if offsets is not None:
+            size = np.dtype(offsets).itemsize
+            found.append((buffers[1].address, at * size, (at + 2) * size))
+        elif width == 0:
+            found.append((buffers[1].address, at // 8, at // 8 + 1))
+        elif width is not None:
+            found.append((buffers[1].address, at * width, (at + 1) * width))
+        return found
+
+    def _advise(self, ranges: list[tuple[int, np.ndarray, np.ndarray]]) -> None:
+        """MADV_WILLNEED each run of consecutive pages that the byte ranges fall in, where they lie
+        in this mapping (a buffer Arrow made elsewhere is skipped)."""
+        base, size = self.buffer.address, self.buffer.size
+        pages = []
+        for address, starts, ends in ranges:
+            if not base <= address < base + size or not len(starts):
+                continue
+            first = (address - base + np.asarray(starts, np.int64)) // mmap.PAGESIZE
+            last = (address - base + np.maximum(np.asarray(ends, np.int64), np.asarray(starts, np.int64) + 1) - 1) \
+                // mmap.PAGESIZE
+            spans = last - first + 1
+            pages.append(np.repeat(first, spans) + _within_spans(spans))
+        if not pages:
+            return
+        pages = np.unique(np.concatenate(pages))
+        pages = pages[pages * mmap.PAGESIZE < size]
+        if not len(pages):
+            return
+        firsts = np.concatenate(([0], np.flatnonzero(np.diff(pages) != 1) + 1))
+        lengths = np.diff(np.append(firsts, len(pages)))
+        for start, length in zip(pages[firsts].tolist(), lengths.tolist()):
+            self.mapping.madvise(mmap.MADV_WILLNEED, start * mmap.PAGESIZE, length * mmap.PAGESIZE)
 
 
-def rows_in_copy(source, bounds: np.ndarray, key: str, keys: np.ndarray, nulls: bool, columns: list[str]) -> pa.Table:
+def _offsets_type(type_: pa.DataType):
+    """The numpy type of a string or binary type's offsets; None for other layouts."""
+    if pa.types.is_string(type_) or pa.types.is_binary(type_):
+        return np.int32
+    if pa.types.is_large_string(type_) or pa.types.is_large_binary(type_):
+        return np.int64
+    return None
+
+
+def _value_bytes(type_: pa.DataType) -> int | None:
+    """Bytes per value of a fixed-width type's values buffer (0: bits, a boolean); None for
+    other layouts (nested, dictionary, strings)."""
+    if pa.types.is_boolean(type_):
+        return 0
+    if (pa.types.is_integer(type_) or pa.types.is_floating(type_) or pa.types.is_decimal(type_)
+            or pa.types.is_temporal(type_) or pa.types.is_fixed_size_binary(type_)):
+        return type_.bit_width // 8
+    return None
+
+
+def _within_spans(spans: np.ndarray) -> np.ndarray:
+    """0, 1, ..., n - 1 for each n of `spans`, concatenated."""
+    total = int(spans.sum())
+    return np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(spans) - spans, spans)
+
+
+def rows_in_copy(source: MappedCopy, bounds: np.ndarray, key: str, keys: np.ndarray, nulls: bool,
+                 columns: list[str]) -> pa.Table:
     """A copy's rows whose `key` is one of `keys` (sorted int64, dates as days) or NULL (with
     `nulls`), with `columns`: only the blocks whose `bounds` admit a key are looked at, and only
-    the rows holding one are copied out of `source` (the copy, mapped)."""
+    the rows holding one are copied out of `source`, their pages asked for before they are read."""
     if bounds.shape[0] < 4:
         raise ValueError(f"bounds of {bounds.shape[0]} rows, no block sizes")
     lows, highs, null_counts, counts = bounds
@@ -118,7 +222,7 @@ def rows_in_copy(source, bounds: np.ndarray, key: str, keys: np.ndarray, nulls: 
     if nulls:
         admitted |= null_counts > 0
     looked_at = _rows_of_blocks(np.cumsum(counts) - counts, counts, admitted)
-    reader = ipc.open_file(source)
+    reader = source.reader()
     names = {n.lower(): n for n in reader.schema.names}
     selected = [names[c.lower()] for c in columns]
     parts, offset = [], 0
@@ -127,11 +231,15 @@ def rows_in_copy(source, bounds: np.ndarray, key: str, keys: np.ndarray, nulls: 
         lo, hi = np.searchsorted(looked_at, [offset, offset + batch.num_rows])
         if hi > lo:
             at_rows = looked_at[lo:hi] - offset
-            values, missing = integers_and_nulls(batch.column(names[key.lower()]).take(at_rows))
+            key_column = batch.column(names[key.lower()])
+            source.prefetch([key_column], at_rows)
+            values, missing = integers_and_nulls(key_column.take(at_rows))
             kept = one_of(keys, values) & ~missing
             if nulls:
                 kept |= missing
-            parts.append(batch.select(selected).take(at_rows[kept]))
+            chosen = batch.select(selected)
+            source.prefetch(chosen.columns, at_rows[kept])
+            parts.append(chosen.take(at_rows[kept]))
         offset += batch.num_rows
     if offset != int(counts.sum()):
         raise ValueError(f"{offset} rows against {int(counts.sum())} in the bounds' blocks")
@@ -302,7 +410,7 @@ class LocalCopies:
         if target is None:
             return None
         try:
-            found = rows_in_copy(mapped_for_random_reads(target), self._bounds_of(target), key, keys, nulls, columns)
+            found = rows_in_copy(MappedCopy(target), self._bounds_of(target), key, keys, nulls, columns)
             os.utime(target)
             return found
         except (OSError, ValueError, KeyError, pa.ArrowException) as error:
