@@ -24,7 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from epochal.keyed.file_pruning import as_integers
-from epochal.keyed.local_copies import LocalCopies, MappedCopy
+from epochal.keyed.local_copies import LocalCopies, MappedCopy, absent_pages
 
 KEYS = st.lists(st.one_of(st.none(), st.integers(-40, 40)), min_size=1, max_size=300)
 
@@ -200,17 +200,26 @@ def copy_of_every_layout(tmp_path_factory) -> str:
     return path
 
 
+def _evicted(path: str) -> None:
+    """Drop `path`'s pages from the page cache (those not mapped: Linux keeps a mapped page)."""
+    with open(path, "rb") as handle:
+        os.fsync(handle.fileno())
+        os.posix_fadvise(handle.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+
+
 @settings(max_examples=40, deadline=None)
-@given(rows=st.lists(st.integers(0, 59_999), max_size=40, unique=True), offset=st.integers(0, 3))
-def test_a_read_asks_for_exactly_the_pages_holding_its_rows(copy_of_every_layout, rows, offset):
-    """`MappedCopy.prefetch` asks for every page holding a byte of the rows' values (validity,
-    values, offsets and strings) and no other, whatever the column's type; a layout it does not
-    know (a list) is left to its page faults."""
+@given(rows=st.lists(st.integers(0, 59_999), min_size=1, max_size=40, unique=True), offset=st.integers(0, 3))
+def test_a_cold_read_asks_for_the_pages_holding_its_rows_and_no_other(copy_of_every_layout, rows, offset):
+    """`MappedCopy.prefetch` asks for pages holding a byte of the rows' values (validity, values,
+    offsets and strings) and no other, whatever the column's type, and leaves none of them to a
+    fault of its own but those in the page cache already (a page it read the offsets from); a
+    layout it does not know (a list) is left to its page faults."""
     path = copy_of_every_layout
     copy = MappedCopy(path)
     assert copy.prefetching, "Linux's mmap advises"
     batch = copy.reader().get_batch(0).slice(offset)
     chosen = np.array(sorted(r for r in rows if r < batch.num_rows), np.int64)
+    _evicted(path)
     advice = copy.mapping = _Advice()
     copy.prefetch(batch.columns, chosen)
 
@@ -235,4 +244,21 @@ def test_a_read_asks_for_exactly_the_pages_holding_its_rows(copy_of_every_layout
             else:
                 width = column.type.bit_width // 8
                 holding(buffers[1], width * row, width * (row + 1))
-    assert advice.pages == expected
+    assert advice.pages and advice.pages <= expected
+    left = np.array(sorted(expected - advice.pages), np.int64)
+    assert not len(absent_pages(base, left)), "a page holding a row was neither asked for nor cached"
+
+
+def test_a_warm_read_asks_for_nothing_and_the_page_cache_is_seen(copy_of_every_layout):
+    """Pages the page cache holds are not asked for (a warm read makes no call), and mincore
+    tells the held from the evicted."""
+    copy = MappedCopy(copy_of_every_layout)
+    batch = copy.reader().get_batch(0)
+    pages = np.arange(copy.buffer.size // mmap.PAGESIZE, dtype=np.int64)
+    _evicted(copy_of_every_layout)
+    assert len(absent_pages(copy.buffer.address, pages)) > len(pages) // 2
+    batch.take(pa.array(np.arange(batch.num_rows)))  # every page in
+    assert not len(absent_pages(copy.buffer.address, pages))
+    advice = copy.mapping = _Advice()
+    copy.prefetch(batch.columns, np.arange(0, batch.num_rows, 97, dtype=np.int64))
+    assert not advice.pages

@@ -27,6 +27,7 @@ is counted (`take_counts`) for the refresh's reports.
 from __future__ import annotations
 
 import collections
+import ctypes
 import hashlib
 import logging
 import mmap
@@ -102,8 +103,8 @@ class MappedCopy:
     read of some keys spread over copies larger than the page cache read gigabytes. Each page a
     read needs and the page cache lacks is still a major fault, one synchronous read of the disk
     at a time (`python -m bench.copy_reads`). So before it touches them, a read asks for the pages
-    holding its rows (`prefetch`, MADV_WILLNEED): the kernel queues those reads at once, and the
-    faults that follow find them in the page cache or in flight. The advice never changes what is
+    holding its rows that the page cache lacks (`prefetch`, MADV_WILLNEED): the kernel queues
+    those reads at once, and the faults that follow find them in the page cache or in flight. The advice never changes what is
     read (`prefetching=False`, for the benchmark, leaves it out). The mapping lives as long as the
     buffers sliced from it."""
 
@@ -160,8 +161,9 @@ class MappedCopy:
         return found
 
     def _advise(self, ranges: list[tuple[int, np.ndarray, np.ndarray]]) -> None:
-        """MADV_WILLNEED each run of consecutive pages that the byte ranges fall in, where they lie
-        in this mapping (a buffer Arrow made elsewhere is skipped)."""
+        """MADV_WILLNEED each run of consecutive pages that the byte ranges fall in and the page
+        cache lacks (`absent_pages`: a warm read makes no call), where they lie in this mapping (a
+        buffer Arrow made elsewhere is skipped)."""
         base, size = self.buffer.address, self.buffer.size
         pages = []
         for address, starts, ends in ranges:
@@ -171,17 +173,45 @@ class MappedCopy:
             last = (address - base + np.maximum(np.asarray(ends, np.int64), np.asarray(starts, np.int64) + 1) - 1) \
                 // mmap.PAGESIZE
             spans = last - first + 1
-            pages.append(np.repeat(first, spans) + _within_spans(spans))
+            held = np.unique(np.repeat(first, spans) + _within_spans(spans))
+            held = held[held * mmap.PAGESIZE < size]
+            pages.append(absent_pages(base, held))
         if not pages:
             return
         pages = np.unique(np.concatenate(pages))
-        pages = pages[pages * mmap.PAGESIZE < size]
         if not len(pages):
             return
         firsts = np.concatenate(([0], np.flatnonzero(np.diff(pages) != 1) + 1))
         lengths = np.diff(np.append(firsts, len(pages)))
         for start, length in zip(pages[firsts].tolist(), lengths.tolist()):
             self.mapping.madvise(mmap.MADV_WILLNEED, start * mmap.PAGESIZE, length * mmap.PAGESIZE)
+
+
+def absent_pages(base: int, pages: np.ndarray) -> np.ndarray:
+    """Which of `pages` (ascending page numbers of a file mapped at `base`, a page boundary)
+    the page cache does not hold, by one mincore(2) over their span; all of them where mincore
+    is not at hand or refuses (Linux reports the page cache of files the caller owns or may
+    write, as the copies' own process does)."""
+    if not len(pages) or _mincore is None:
+        return pages
+    first, span = int(pages[0]), int(pages[-1] - pages[0]) + 1
+    held = np.zeros(span, np.uint8)
+    if _mincore(base + first * mmap.PAGESIZE, span * mmap.PAGESIZE, held.ctypes.data) != 0:
+        return pages
+    return pages[(held[pages - first] & 1) == 0]
+
+
+def _libc_mincore():
+    try:
+        call = ctypes.CDLL(None, use_errno=True).mincore
+    except (AttributeError, OSError):
+        return None
+    call.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    call.restype = ctypes.c_int
+    return call
+
+
+_mincore = _libc_mincore()
 
 
 def _offsets_type(type_: pa.DataType):
