@@ -104,9 +104,9 @@ class MappedCopy:
     read needs and the page cache lacks is still a major fault, one synchronous read of the disk
     at a time (`python -m bench.copy_reads`). So before it touches them, a read asks for the pages
     holding its rows that the page cache lacks (`prefetch`, MADV_WILLNEED): the kernel queues
-    those reads at once, and the faults that follow find them in the page cache or in flight. The advice never changes what is
-    read (`prefetching=False`, for the benchmark, leaves it out). The mapping lives as long as the
-    buffers sliced from it."""
+    those reads at once, and the faults that follow find them in the page cache or in flight.
+    The advice never changes what is read (`prefetching=False`, for the benchmark, leaves it
+    out). The mapping lives as long as the buffers sliced from it."""
 
     def __init__(self, path: str, prefetching: bool = True):
         with open(path, "rb") as handle:
@@ -173,9 +173,8 @@ class MappedCopy:
             last = (address - base + np.maximum(np.asarray(ends, np.int64), np.asarray(starts, np.int64) + 1) - 1) \
                 // mmap.PAGESIZE
             spans = last - first + 1
-            held = np.unique(np.repeat(first, spans) + _within_spans(spans))
-            held = held[held * mmap.PAGESIZE < size]
-            pages.append(absent_pages(base, held))
+            holding = np.unique(np.repeat(first, spans) + _within_spans(spans))
+            pages.append(absent_pages(base, holding[holding * mmap.PAGESIZE < size]))
         if not pages:
             return
         pages = np.unique(np.concatenate(pages))
