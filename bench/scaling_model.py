@@ -1,14 +1,18 @@
-"""The table of docs/scaling.md: what an epoch of the seven benchmark queries would cost at TPC-H
-scale 10, 100 and 1,000 for 0.01% to 1% of orders changed, computed from figures measured here
-(bench/RESULTS.md) and the engine's thresholds, not measured at those scales.
+"""The table of docs/scaling.md: what an epoch of the 22 TPC-H queries of the benchmark would
+cost at TPC-H scale 10, 100 and 1,000 for 0.01% to 1% of orders changed, computed from figures
+measured here (bench/RESULTS.md) and the engine's thresholds, not measured at those scales.
 
-    python -m bench.scaling_model [--cores 2 32 128] [--driver-rows 500000] [--write docs/scaling.md]
+    python -m bench.scaling_model [--cores 2 32 128] [--driver-rows 500000] [--page-cache-gb 12.5]
+        [--write docs/scaling.md]
 
 Every input is a named constant below with where it was measured; change one when a rerun moves
 it and regenerate the table. The model: the change of an epoch (`c` orders inserted, as many
 deleted and as many updated, with their line items) stays on the driver while its largest change
-batch fits `driver_rows` and the partner rows its keys find fit `key_rows`; the driver's time then
-grows with the change, not the table. The recompute grows with the table and shrinks with cores.
+batch fits `driver_rows` and the partner rows its keys find fit `key_rows`. The driver's time then
+grows with the change, at a cost per key that depends on where the key's rows are: in the page
+cache (the local copies fit it), on the driver's disk (copies past the page cache: a page fault per
+page, asked for ahead), or in Parquet (copies past their disk budget). The recompute grows with
+the table and shrinks with cores.
 """
 
 from __future__ import annotations
@@ -21,43 +25,54 @@ from epochal.keyed.local_copies import COPY_BYTES
 from epochal.keyed.shared_reads import KEY_ROWS_PER_DRIVER_ROW
 
 ORDERS_PER_SCALE = 1_500_000
-LINEITEM_PER_SCALE = 6_000_000
 # change feed rows per order changed of each kind (`c`): the demo at scale 0.01 and 0.1% (ops/changes.py)
 # wrote orders +15 -15 ~15 and lineitem +55 -70 ~15 for c = 15, an update counting twice in a feed
 ORDERS_FEED_PER_C = 4
 LINEITEM_FEED_PER_C = 10
 # partner rows the join terms read per changed order key: its line items (about 4), over three kinds
 KEY_ROWS_PER_C = 12
-# bytes per row of a lineitem arrangement's local copy (Arrow IPC, every column but the comment):
-# measured on scale 0.01's lineitem, 142.3
-COPY_BYTES_PER_LINEITEM = 142
-LINEITEM_ARRANGEMENTS = 2  # by l_orderkey and l_suppkey for the seven queries (bench/RESULTS.md, scale 10)
-# the whole incremental epoch of the seven queries on this 2-core machine, 1,500 changed orders:
-# 4.7 s at scale 10 (20261127T223234Z), 6.4 s at scale 1 (20261129T043441Z); noop epoch 0.29 s
+# the local copies of the 22 queries' arrangements per unit of scale: 30 GB at scale 10 (lineitem by
+# l_orderkey, l_suppkey and l_partkey 8.0 GB each, orders by o_orderkey and o_custkey 1.7 GB each,
+# the rest under 3 GB; their folders in the 20261201T025446Z run)
+COPIES_GB_PER_SCALE = 3.0
+# the page cache beside them on this machine during the epochs: 24 GB less Spark's JVM (9.5 GB) and
+# Python (2 GB), 20261201T025446Z's peaks
+PAGE_CACHE_GB = 12.5
+# the 22 queries' whole incremental epoch with 1,500 changed orders (two steps at once): 3.9 s at
+# scale 1, where every copy stays in the page cache (20261130T193020Z); at scale 10, where 12.5 of
+# 30 GB do, 36.0 s with each page faulted in alone (20261201T025446Z; 39.2 s with the pages asked
+# for ahead, MappedCopy.prefetch, 20261201T042038Z: no better in the whole epoch); the noop epoch 0.3 s
 INCREMENTAL_FIXED_SECONDS = 0.3
-INCREMENTAL_SECONDS_PER_C = 0.0035
+WARM_SECONDS_PER_C = (3.9 - INCREMENTAL_FIXED_SECONDS) / 1_500
+SCALE_10_SECONDS = 36.0
+_CACHED_AT_10 = PAGE_CACHE_GB / (COPIES_GB_PER_SCALE * 10)
+# a key read from a copy past the page cache against one in it, solved from the two figures above
+COLD_SLOWDOWN = (((SCALE_10_SECONDS - INCREMENTAL_FIXED_SECONDS) / 1_500 / WARM_SECONDS_PER_C) - _CACHED_AT_10) \
+    / (1 - _CACHED_AT_10)
 # keyed reads per changed order key beyond the copies' budget: Parquet row groups instead of IPC
 # batches, 1.34-1.72 s against 0.12-0.17 s for 3,800 keys of lineitem at scale 10
 PARQUET_SLOWDOWN = 10
-# the recompute-and-overwrite of the seven queries on 2 cores: 38.9 s at scale 1 (20261129T043441Z),
-# 143.2 s at scale 10 (20261127T223234Z); a line through both: a fixed part (planning, jobs, commits)
-# and a part that grows with the scale and is shared by the cores
-RECOMPUTE_FIXED_SECONDS = 38.9 - (143.2 - 38.9) / 9
-RECOMPUTE_CORE_SECONDS_PER_SCALE = 2 * (143.2 - 38.9) / 9
+# the recompute-and-overwrite of the 22 queries on 2 cores: 40.1 s at scale 1 (20261130T193020Z),
+# 273.5 s at scale 10 (20261201T025446Z); a line through both: a fixed part (planning, jobs,
+# commits) and a part that grows with the scale and is shared by the cores
+RECOMPUTE_FIXED_SECONDS = 40.1 - (273.5 - 40.1) / 9
+RECOMPUTE_CORE_SECONDS_PER_SCALE = 2 * (273.5 - 40.1) / 9
 
 
-def epoch(scale: float, fraction: float, cores: int, driver_rows: int = DRIVER_ROWS) -> dict:
+def epoch(scale: float, fraction: float, cores: int, driver_rows: int = DRIVER_ROWS,
+          page_cache_gb: float = PAGE_CACHE_GB) -> dict:
     c = ORDERS_PER_SCALE * scale * fraction
     feed = LINEITEM_FEED_PER_C * c
     key_rows = KEY_ROWS_PER_C * c
-    copies = COPY_BYTES_PER_LINEITEM * LINEITEM_PER_SCALE * scale * LINEITEM_ARRANGEMENTS
+    copies_gb = COPIES_GB_PER_SCALE * scale
     on_driver = feed <= driver_rows and key_rows <= KEY_ROWS_PER_DRIVER_ROW * driver_rows
-    copied = min(1.0, COPY_BYTES / copies)
-    per_c = INCREMENTAL_SECONDS_PER_C * (copied + (1 - copied) * PARQUET_SLOWDOWN)
+    copied = min(1.0, COPY_BYTES / 1e9 / copies_gb)
+    cached = min(copied, page_cache_gb / copies_gb)
+    per_c = WARM_SECONDS_PER_C * (cached + (copied - cached) * COLD_SLOWDOWN + (1 - copied) * PARQUET_SLOWDOWN)
     incremental = INCREMENTAL_FIXED_SECONDS + per_c * c if on_driver else None
     recompute = RECOMPUTE_FIXED_SECONDS + RECOMPUTE_CORE_SECONDS_PER_SCALE * scale / cores
     return dict(scale=scale, fraction=fraction, cores=cores, c=c, feed=feed, key_rows=key_rows,
-                copies_gb=copies / 1e9, copied=copied, on_driver=on_driver, incremental=incremental,
+                copies_gb=copies_gb, copied=copied, cached=cached, on_driver=on_driver, incremental=incremental,
                 recompute=recompute)
 
 
@@ -65,16 +80,17 @@ def _path(e: dict) -> str:
     return "Spark" if not e["on_driver"] else f"driver, {e['incremental']:,.1f} s"
 
 
-def table(cores: list[int], larger_driver_rows: int) -> str:
-    lines = ["| scale | changed | orders changed (c) | lineitem feed rows | partner rows read | lineitem copies | "
+def table(cores: list[int], larger_driver_rows: int, page_cache_gb: float = PAGE_CACHE_GB) -> str:
+    lines = ["| scale | changed | orders changed (c) | lineitem feed rows | partner rows read | local copies | "
              f"path, driver_rows {DRIVER_ROWS:,} | path, driver_rows {larger_driver_rows:,} | "
              + " | ".join(f"recompute s, {n} cores" for n in cores) + " |",
              "|---:|---:|---:|---:|---:|---:|---|---|" + "---:|" * len(cores)]
     for scale in (10, 100, 1000):
         for fraction in (0.0001, 0.001, 0.01):
-            each = [epoch(scale, fraction, n) for n in cores]
-            e, larger = each[0], epoch(scale, fraction, cores[0], larger_driver_rows)
-            copies = f"{e['copies_gb']:,.0f} GB" + ("" if e["copied"] >= 1 else f" ({e['copied']:.0%} fits)")
+            each = [epoch(scale, fraction, n, page_cache_gb=page_cache_gb) for n in cores]
+            e, larger = each[0], epoch(scale, fraction, cores[0], larger_driver_rows, page_cache_gb)
+            copies = (f"{e['copies_gb']:,.0f} GB, {e['cached']:.0%} cached"
+                      + ("" if e["copied"] >= 1 else f", {e['copied']:.0%} within the budget"))
             lines.append(f"| {scale:,} | {fraction:.2%} | {e['c']:,.0f} | {e['feed']:,.0f} | {e['key_rows']:,.0f} | "
                          f"{copies} | {_path(e)} | {_path(larger)} | "
                          + " | ".join(f"{x['recompute']:,.0f}" for x in each) + " |")
@@ -89,9 +105,11 @@ def main(argv=None) -> None:
     parser.add_argument("--cores", type=int, nargs="+", default=[2, 32, 128])
     parser.add_argument("--driver-rows", type=int, default=500_000,
                         help="a larger Engine(driver_rows=...) to compare, for a driver with memory to spare")
+    parser.add_argument("--page-cache-gb", type=float, default=PAGE_CACHE_GB,
+                        help="the page cache the driver's local copies may use (this machine's by default)")
     parser.add_argument("--write", help="replace the table between its markers in this file")
     arguments = parser.parse_args(argv)
-    text = table(arguments.cores, arguments.driver_rows)
+    text = table(arguments.cores, arguments.driver_rows, arguments.page_cache_gb)
     print(text)
     if arguments.write:
         target = Path(arguments.write)
