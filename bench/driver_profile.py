@@ -8,6 +8,12 @@ planning DataFrames, waiting on Spark jobs and reading on the driver are told ap
         .venv/bin/python -m bench --scales 1 --epochs 2 --queries 3 4 13 --sweep
     .venv/bin/python -m bench.driver_profile /tmp/steps.json [--depth 40]
 
+or attached to a running benchmark (`--within incremental_rows`: the incremental computation
+only, not the recomputes' waits on Spark between the epochs):
+
+    .venv/bin/py-spy record --pid <bench> --idle --nonblocking --rate 10 --format raw -o spy.txt
+    .venv/bin/python -m bench.driver_profile spy.txt --rate 10 --within incremental_rows
+
 A speedscope profile keeps each thread's samples in order, so by default only the samples after a
 thread's first incremental step count (`--after`); raw profiles (`-f raw`) count every sample.
 """
@@ -85,12 +91,12 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.driver_profile", description=__doc__.split("\n\n")[0])
     parser.add_argument("profile", help="py-spy output (-f speedscope or -f raw), recorded with --idle --threads")
     parser.add_argument("--rate", type=float, default=40.0, help="the samples per second py-spy took")
-    parser.add_argument("--after", default="_incremental_rows",
+    parser.add_argument("--after", default="incremental_rows",
                         help="speedscope: count each thread's samples from the first holding this on")
     parser.add_argument("--depth", type=int, default=40)
-    parser.add_argument("--within", default="epochal/epoch.py",
+    parser.add_argument("--within", default="epochal/protocol/epoch.py",
                         help="count only stacks holding this (default: step threads)")
-    parser.add_argument("--without", nargs="*", default=["_rescan", "_replace_output"],
+    parser.add_argument("--without", nargs="*", default=["rescan", "replace_contents"],
                         help="leave out stacks holding any of these (default: the first epoch's rescans)")
     arguments = parser.parse_args(argv)
     with open(arguments.profile) as file:
