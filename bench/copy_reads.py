@@ -2,12 +2,16 @@
 does not hold: the copy mapped for random reads (MADV_RANDOM, no read-around of `read_ahead_kb`
 per page fault) and read page fault by page fault, against the same mapping whose read first asks
 the kernel for the pages it will touch (MADV_WILLNEED, `MappedCopy.prefetch`), as
-`LocalCopies.rows` does.
+`LocalCopies.rows` does; the advice is given through libc, which lets other threads run during the
+call, and with `--beside`, also through Python's `mmap.madvise`, which holds the interpreter's lock
+while the kernel queues the reads.
 
 Each round drops the page cache (root only), reads the rows of `--keys` keys drawn from the
 copies' own keys from every copy in the folder (the key column at the rows its blocks' bounds
 admit, then `--columns` at the rows holding a key), and reports the seconds, what the kernel read
-(/proc/vmstat pgpgin) and the major page faults the read waited on.
+(/proc/vmstat pgpgin) and the major page faults the read waited on. `--beside` runs a thread of pure Python beside each
+read, as the epoch's other steps run beside a step's read, and reports how much of its pace it kept
+(1.00: the read never held it up).
 
     python -m bench.copy_reads <warehouse>/_epochal/local_copies/<folder> --key l_orderkey --keys 1500 15000 \
         [--columns l_orderkey l_extendedprice ...]
@@ -17,7 +21,9 @@ from __future__ import annotations
 
 import argparse
 import glob
+import mmap
 import resource
+import threading
 import time
 
 import numpy as np
@@ -34,6 +40,36 @@ def _major_faults() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_majflt
 
 
+class _AdviceHoldingTheLock(MappedCopy):
+    """The advice through Python's `mmap.madvise`, which holds the interpreter's lock."""
+
+    def willneed(self, start: int, length: int) -> None:
+        self.mapping.madvise(mmap.MADV_WILLNEED, start, length)
+
+
+class _Beside(threading.Thread):
+    """Pure Python work beside a read: its pace while the read runs against its pace alone."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.loops, self.stopped = 0, threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.is_set():
+            sum(range(200))
+            self.loops += 1
+
+    @classmethod
+    def pace(cls, seconds: float) -> float:
+        """Loops a second, alone."""
+        beside = cls()
+        beside.start()
+        time.sleep(seconds)
+        beside.stopped.set()
+        beside.join()
+        return beside.loops / seconds
+
+
 def _drop_caches() -> None:
     with open("/proc/sys/vm/drop_caches", "w") as caches:
         caches.write("3")
@@ -46,6 +82,8 @@ def main(argv=None) -> None:
     parser.add_argument("--keys", type=int, nargs="+", default=[1500, 15000])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--columns", nargs="+", default=None, help="the columns read (default: every column)")
+    parser.add_argument("--beside", action="store_true",
+                        help="a thread of pure Python beside each read; adds the advice through mmap.madvise")
     arguments = parser.parse_args(argv)
     files = sorted(glob.glob(f"{arguments.folder}/*.arrow"))
     bounds = {f: np.load(f + ".bounds.npy") for f in files}
@@ -56,17 +94,29 @@ def main(argv=None) -> None:
     columns = arguments.columns or schema.names
     opened = {"MADV_RANDOM": lambda path: MappedCopy(path, prefetching=False),
               "+ WILLNEED": MappedCopy}
+    if arguments.beside:
+        opened["+ WILLNEED, lock held"] = _AdviceHoldingTheLock
+        alone = _Beside.pace(2.0)
     print(f"{len(files)} copies, keys {low}..{high}, key column {key}")
     for count in arguments.keys:
         for round_ in range(arguments.rounds):
             keys = np.unique(np.random.default_rng([count, round_]).choice(present, count)).astype(np.int64)
             for name, opener in opened.items():
                 _drop_caches()
+                beside = _Beside() if arguments.beside else None
+                if beside:
+                    beside.start()
                 before, faults, began = _read_kib(), _major_faults(), time.perf_counter()
                 rows = sum(rows_in_copy(opener(f), bounds[f], key, keys, False, columns).num_rows for f in files)
-                print(f"{count:>6} keys round {round_} {name:>14}: {time.perf_counter() - began:6.2f} s, "
+                seconds = time.perf_counter() - began
+                kept = ""
+                if beside:
+                    beside.stopped.set()
+                    beside.join()
+                    kept = f", the thread beside kept {beside.loops / seconds / alone:.2f} of its pace"
+                print(f"{count:>6} keys round {round_} {name:>21}: {seconds:6.2f} s, "
                       f"{(_read_kib() - before) / 1024:8.1f} MiB read, {_major_faults() - faults} major faults, "
-                      f"{rows} rows", flush=True)
+                      f"{rows} rows{kept}", flush=True)
 
 
 if __name__ == "__main__":

@@ -184,7 +184,18 @@ class MappedCopy:
         firsts = np.concatenate(([0], np.flatnonzero(np.diff(pages) != 1) + 1))
         lengths = np.diff(np.append(firsts, len(pages)))
         for start, length in zip(pages[firsts].tolist(), lengths.tolist()):
-            self.mapping.madvise(mmap.MADV_WILLNEED, start * mmap.PAGESIZE, length * mmap.PAGESIZE)
+            self.willneed(start * mmap.PAGESIZE, length * mmap.PAGESIZE)
+
+    def willneed(self, start: int, length: int) -> None:
+        """MADV_WILLNEED the `length` bytes at `start` in this mapping. Through libc where it is at
+        hand, as ctypes lets other threads run meanwhile: the call waits while the kernel queues the
+        reads (for free requests of the device, for pages to reclaim), and Python's own
+        `mmap.madvise` holds the interpreter's lock all that time, stopping the epoch's other
+        steps."""
+        if _madvise is None:
+            self.mapping.madvise(mmap.MADV_WILLNEED, start, length)
+        elif _madvise(self.buffer.address + start, length, mmap.MADV_WILLNEED) != 0:
+            raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
 
 
 def absent_pages(base: int, pages: np.ndarray) -> np.ndarray:
@@ -201,17 +212,21 @@ def absent_pages(base: int, pages: np.ndarray) -> np.ndarray:
     return pages[(held[pages - first] & 1) == 0]
 
 
-def _libc_mincore():
+def _libc(name: str, argtypes: list):
+    """libc's `name` through ctypes (which lets other threads run during the call); None where
+    it is not at hand."""
     try:
-        call = ctypes.CDLL(None, use_errno=True).mincore
+        call = getattr(ctypes.CDLL(None, use_errno=True), name)
     except (AttributeError, OSError):
         return None
-    call.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    call.argtypes = argtypes
     call.restype = ctypes.c_int
     return call
 
 
-_mincore = _libc_mincore()
+_mincore = _libc("mincore", [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p])
+_madvise = _libc("madvise", [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]) \
+    if hasattr(mmap, "MADV_WILLNEED") else None
 
 
 def _offsets_type(type_: pa.DataType):
