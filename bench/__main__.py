@@ -76,6 +76,9 @@ def _arguments(argv=None) -> argparse.Namespace:
     parser.add_argument("--parallelism", type=int, default=None,
                         help="Engine(parallelism=...): steps run at once; 1 times each table's step alone, "
                              "not beside other tables' steps; default the engine's")
+    parser.add_argument("--switch-interval", type=lambda v: None if v == "python" else float(v), default=-1,
+                        help="Engine(switch_interval=...): Python's switch interval (seconds) while steps run "
+                             "in parallel (epochal/switching.py); 'python' leaves Python's own; default the engine's")
     parser.add_argument("--day", action="store_true",
                         help="a day of hourly epochs per scale, first epoch and daily maintenance included, "
                              "reported as cumulative seconds of both sides (default 24 epochs after the first)")
@@ -106,12 +109,13 @@ def _warehouse(spark, work: Path, scale: float, name: str) -> str:
 
 
 def _engine(spark, root: str, queries: list[str], driver_rows: int | None = None, arrange_rows: int | None = -1,
-            parallelism: int | None = None):
+            parallelism: int | None = None, switch_interval: float | None = -1):
     from epochal import Engine
 
     options = ({} if driver_rows is None else {"driver_rows": driver_rows}) | \
         ({} if arrange_rows == -1 else {"arrange_rows": arrange_rows}) | \
-        ({} if parallelism is None else {"parallelism": parallelism})
+        ({} if parallelism is None else {"parallelism": parallelism}) | \
+        ({} if switch_interval == -1 else {"switch_interval": switch_interval})
     engine = Engine(spark, root, **options)
     for source in SOURCES:
         engine.source(source, clock="logical")
@@ -324,13 +328,13 @@ def _highest(peaks: list[dict]) -> dict[str, float | None]:
 
 def run_scale(spark, work: Path, scale: float, fractions: list[float], epochs: int, queries: list[str],
               driver_rows: int | None = None, source_writer: str = "delta-rs", arrange_rows: int | None = -1,
-              parallelism: int | None = None, day: bool = False) -> list[dict]:
+              parallelism: int | None = None, day: bool = False, switch_interval: float | None = -1) -> list[dict]:
     """One warehouse at `scale`: its first epoch, then `epochs` epochs at each of `fractions` in
     turn; one run per fraction (each carries the shared first epoch's figures)."""
     from ops.changes import ChangeGenerator
 
     root = _warehouse(spark, work, scale, f"run-{scale:g}-{fractions[0]:g}")
-    engine = _engine(spark, root, queries, driver_rows, arrange_rows, parallelism)
+    engine = _engine(spark, root, queries, driver_rows, arrange_rows, parallelism, switch_interval)
     _reset_peaks(spark)
     first, _ = _timed(lambda: engine.refresh(until=LOADED_AT + timedelta(minutes=15)))
     first_peak = _peak_gigabytes(spark)
@@ -598,6 +602,10 @@ def _targets_lines(runs: list[dict], sweep: list[dict]) -> list[str]:
     return lines
 
 
+def _switch_interval(value) -> str:
+    return "default" if value == -1 else "Python's" if value is None else f"{value:g} s"
+
+
 def report_markdown(arguments, runs: list[dict], sweep: list[dict], started: str) -> str:
     lines = [f"# epochal benchmark, {started}", "",
              f"Arguments: scales {arguments.scales}, fraction {arguments.fraction}"
@@ -605,6 +613,7 @@ def report_markdown(arguments, runs: list[dict], sweep: list[dict], started: str
              f"epochs {arguments.epochs}, driver_rows {arguments.driver_rows if arguments.driver_rows is not None else 'default'}, "
              f"arrange_rows {_arrange_rows(getattr(arguments, 'arrange_rows', -1))}, "
              f"parallelism {getattr(arguments, 'parallelism', None) or 'default'}, "
+             f"switch interval {_switch_interval(getattr(arguments, 'switch_interval', -1))}, "
              f"queries {arguments.queries}, source writer {getattr(arguments, 'source_writer', 'spark')}. One Spark session, local[*] on {os.cpu_count()} cores; per table and "
              "epoch the incremental epoch and a full recompute-and-overwrite run back to back.", "",
              *_targets_lines(runs, sweep)]
@@ -730,12 +739,14 @@ def main(argv=None) -> None:
     for scale in arguments.scales:
         fractions = [f * (arguments.scales[0] / scale if arguments.same_change_rows else 1) for f in arguments.fraction]
         runs.extend(run_scale(spark, work, scale, fractions, arguments.epochs, queries, arguments.driver_rows,
-                              arguments.source_writer, arguments.arrange_rows, arguments.parallelism, arguments.day))
+                              arguments.source_writer, arguments.arrange_rows, arguments.parallelism, arguments.day,
+                              switch_interval=arguments.switch_interval))
         save()
     sweep_queries = [f"tpch_q{n:02d}" for n in arguments.sweep_queries]
     for fraction in arguments.sweep:
         sweep.extend(run_scale(spark, work, arguments.scales[0], [fraction], 1, sweep_queries, arguments.driver_rows,
-                               arguments.source_writer, arguments.arrange_rows, arguments.parallelism))
+                               arguments.source_writer, arguments.arrange_rows, arguments.parallelism,
+                               switch_interval=arguments.switch_interval))
         save()
     text = report_markdown(arguments, runs, sweep, started)
     (out / "report.md").write_text(text)

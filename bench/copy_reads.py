@@ -2,9 +2,9 @@
 does not hold: the copy mapped for random reads (MADV_RANDOM, no read-around of `read_ahead_kb`
 per page fault) and read page fault by page fault, against the same mapping whose read first asks
 the kernel for the pages it will touch (MADV_WILLNEED, `MappedCopy.prefetch`), as
-`LocalCopies.rows` does; the advice is given through libc, which lets other threads run during the
-call, and with `--beside`, also through Python's `mmap.madvise`, which holds the interpreter's lock
-while the kernel queues the reads.
+`LocalCopies.rows` does: a thousand ranges to a process_madvise(2) call, and with `--beside`, also
+one Python `mmap.madvise` call a range, which holds the interpreter's lock while the kernel queues
+the reads.
 
 Each round drops the page cache (root only), reads the rows of `--keys` keys drawn from the
 copies' own keys from every copy in the folder (the key column at the rows its blocks' bounds
@@ -23,6 +23,7 @@ import argparse
 import glob
 import mmap
 import resource
+import sys
 import threading
 import time
 
@@ -43,8 +44,9 @@ def _major_faults() -> int:
 class _AdviceHoldingTheLock(MappedCopy):
     """The advice through Python's `mmap.madvise`, which holds the interpreter's lock."""
 
-    def willneed(self, start: int, length: int) -> None:
-        self.mapping.madvise(mmap.MADV_WILLNEED, start, length)
+    def willneed(self, starts, lengths) -> None:
+        for start, length in zip(starts.tolist(), lengths.tolist()):
+            self.mapping.madvise(mmap.MADV_WILLNEED, start, length)
 
 
 class _Beside(threading.Thread):
@@ -84,7 +86,11 @@ def main(argv=None) -> None:
     parser.add_argument("--columns", nargs="+", default=None, help="the columns read (default: every column)")
     parser.add_argument("--beside", action="store_true",
                         help="a thread of pure Python beside each read; adds the advice through mmap.madvise")
+    parser.add_argument("--switch-interval", type=float, default=None,
+                        help="sys.setswitchinterval (seconds; Python's default 0.005)")
     arguments = parser.parse_args(argv)
+    if arguments.switch_interval is not None:
+        sys.setswitchinterval(arguments.switch_interval)
     files = sorted(glob.glob(f"{arguments.folder}/*.arrow"))
     bounds = {f: np.load(f + ".bounds.npy") for f in files}
     present = np.unique(np.concatenate([b[0] for b in bounds.values()]))  # each block's lowest key

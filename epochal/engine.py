@@ -62,6 +62,7 @@ from .storage.ledger import RESCAN, Ledger, Step
 from .storage.reclock import Epoch, Remap, Source
 from .storage.schemas import AnalysedSchemas
 from .storage.warehouse import Warehouse, check_name
+from .switching import STEP_SWITCH_INTERVAL, switch_interval
 
 log = logging.getLogger("epochal")
 
@@ -124,6 +125,7 @@ class Engine:
         passes: Sequence[str] | None = None,
         arrange_rows: int | None = ARRANGE_ROWS,
         upkeep: Upkeep = Upkeep(),
+        switch_interval: float | None = STEP_SWITCH_INTERVAL,
     ):
         """`rescan_fraction`: rescan (reason COST) when an epoch changes more than this fraction
         of a table's input rows (None: never for cost). `cost_model`: rescan (reason COST) when
@@ -138,6 +140,8 @@ class Engine:
         full will read by key in its incremental steps (built in the epoch that computes it);
         None: never. `upkeep`: when state tables are compacted and arrangements built again
         (keyed/upkeep.py; tests lower it so the rewrites run within a few epochs).
+        `switch_interval`: Python's switch interval, in seconds, while steps run in parallel
+        (switching.py; None: Python's own).
         A warehouse on an object store is checked first (StorageUnreachable names what to fix)."""
         check_warehouse(Warehouse(warehouse).root, storage_options)
         self.spark = spark
@@ -152,6 +156,7 @@ class Engine:
         self.broadcast_rows = broadcast_rows
         self.driver_rows = driver_rows
         self.upkeep = upkeep
+        self.switch_interval = switch_interval
         self.run_id = uuid.uuid4().hex
         self.remap = Remap(self.warehouse.engine_path("remap"), storage_options, self.run_id)
         self.sources: dict[str, Source] = {}
@@ -477,7 +482,8 @@ class Engine:
         step_settings = {**caller_settings, **{k: v for k, v in confs.items() if k in settings.RESULT_SETTINGS}}
         defaults = settings.current(self.spark.newSession())  # what every child session starts from
         differing = {k: v for k, v in caller_settings.items() if v != defaults.get(k)}
-        with ThreadPoolExecutor(max_workers=self.parallelism, thread_name_prefix="epochal") as pool:
+        with switch_interval(self.switch_interval), \
+                ThreadPoolExecutor(max_workers=self.parallelism, thread_name_prefix="epochal") as pool:
             while (pending and not errors) or running:
                 busy = set(pending) | set(running.values())
                 ready = [n for n in pending if not (set(self.table(n).compiled.inputs) & busy)] if not errors else []

@@ -183,19 +183,61 @@ class MappedCopy:
             return
         firsts = np.concatenate(([0], np.flatnonzero(np.diff(pages) != 1) + 1))
         lengths = np.diff(np.append(firsts, len(pages)))
-        for start, length in zip(pages[firsts].tolist(), lengths.tolist()):
-            self.willneed(start * mmap.PAGESIZE, length * mmap.PAGESIZE)
+        self.willneed(pages[firsts] * mmap.PAGESIZE, lengths * mmap.PAGESIZE)
 
-    def willneed(self, start: int, length: int) -> None:
-        """MADV_WILLNEED the `length` bytes at `start` in this mapping. Through libc where it is at
-        hand, as ctypes lets other threads run meanwhile: the call waits while the kernel queues the
-        reads (for free requests of the device, for pages to reclaim), and Python's own
-        `mmap.madvise` holds the interpreter's lock all that time, stopping the epoch's other
-        steps."""
-        if _madvise is None:
-            self.mapping.madvise(mmap.MADV_WILLNEED, start, length)
-        elif _madvise(self.buffer.address + start, length, mmap.MADV_WILLNEED) != 0:
-            raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+    def willneed(self, starts: np.ndarray, lengths: np.ndarray) -> None:
+        """MADV_WILLNEED the byte ranges (`starts` in this mapping, `lengths`), a thousand to a
+        call where the kernel takes a list (process_madvise(2)), else one call each.
+
+        The calls are few because each lets go of the interpreter's lock and must take it back:
+        beside a thread running Python (the epoch's other steps), that waits up to Python's switch
+        interval, and a call per range made thousands of such waits (`python -m bench.copy_reads
+        --beside`). `mmap.madvise`, the fallback, holds the lock through the call instead."""
+        starts = np.asarray(starts, np.uint64) + np.uint64(self.buffer.address)
+        ranges = np.empty(len(starts), dtype=[("base", np.uint64), ("length", np.uint64)])
+        ranges["base"], ranges["length"] = starts, np.asarray(lengths, np.uint64)
+        done = _advised_in_lists(ranges)
+        for base, length in ranges[done:].tolist():
+            self.mapping.madvise(mmap.MADV_WILLNEED, base - self.buffer.address, length)
+
+
+_IOV_MAX = 1024  # ranges a process_madvise(2) call takes
+
+
+def _advised_in_lists(ranges: np.ndarray) -> int:
+    """MADV_WILLNEED `ranges` (addresses and lengths, struct iovec's layout) of this process's
+    memory by process_madvise(2); how many of them were advised (the rest are the caller's: all
+    of them where the call is not at hand or refused)."""
+    if _process_madvise is None or not len(ranges):
+        return 0
+    own = _own_pidfd()
+    if own is None:
+        return 0
+    done = 0
+    while done < len(ranges):
+        batch = np.ascontiguousarray(ranges[done:done + _IOV_MAX])
+        advised = _process_madvise(own, batch.ctypes.data, len(batch), mmap.MADV_WILLNEED, 0)
+        if advised < 0:
+            return done
+        whole = np.cumsum(batch["length"]) <= np.uint64(advised)
+        if not whole.any():
+            return done
+        done += int(np.flatnonzero(whole)[-1]) + 1
+    return done
+
+
+_pidfd: tuple[int, int] | None = None
+
+
+def _own_pidfd() -> int | None:
+    """A pidfd of this process (opened again in a forked child); None where there is none."""
+    global _pidfd
+    if _pidfd is None or _pidfd[0] != os.getpid():
+        try:
+            _pidfd = (os.getpid(), os.pidfd_open(os.getpid()))
+        except (AttributeError, OSError):
+            return None
+    return _pidfd[1]
 
 
 def absent_pages(base: int, pages: np.ndarray) -> np.ndarray:
@@ -212,20 +254,21 @@ def absent_pages(base: int, pages: np.ndarray) -> np.ndarray:
     return pages[(held[pages - first] & 1) == 0]
 
 
-def _libc(name: str, argtypes: list):
-    """libc's `name` through ctypes (which lets other threads run during the call); None where
-    it is not at hand."""
+def _libc(name: str, argtypes: list, restype=ctypes.c_int):
+    """libc's `name` through ctypes (which lets go of the interpreter's lock during the call);
+    None where it is not at hand."""
     try:
         call = getattr(ctypes.CDLL(None, use_errno=True), name)
     except (AttributeError, OSError):
         return None
     call.argtypes = argtypes
-    call.restype = ctypes.c_int
+    call.restype = restype
     return call
 
 
 _mincore = _libc("mincore", [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p])
-_madvise = _libc("madvise", [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]) \
+_process_madvise = _libc("process_madvise", [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                                             ctypes.c_uint], restype=ctypes.c_ssize_t) \
     if hasattr(mmap, "MADV_WILLNEED") else None
 
 
