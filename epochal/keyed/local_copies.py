@@ -105,9 +105,9 @@ class MappedCopy:
     at a time (`python -m bench.copy_reads`). So before it touches them, a read asks for the pages
     holding its rows that the page cache lacks (`prefetch`, MADV_WILLNEED): the kernel queues
     those reads at once, and the faults that follow find them in the page cache or in flight
-    (for a read alone; inside the scale-10 benchmark's epochs the reads did not shorten:
-    docs/performance.md). The advice never changes what is read (`prefetching=False`, for the benchmark, leaves it
-    out). The mapping lives as long as the buffers sliced from it."""
+    (`willneed`: beside other steps' Python, only with the advice in few calls and a short switch
+    interval, docs/performance.md). The advice never changes what is read (`prefetching=False`,
+    for the benchmark, leaves it out). The mapping lives as long as the buffers sliced from it."""
 
     def __init__(self, path: str, prefetching: bool = True):
         with open(path, "rb") as handle:
