@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import mmap
 import resource
 import sys
 import threading
@@ -45,8 +44,7 @@ class _AdviceHoldingTheLock(MappedCopy):
     """The advice through Python's `mmap.madvise`, which holds the interpreter's lock."""
 
     def willneed(self, starts, lengths) -> None:
-        for start, length in zip(starts.tolist(), lengths.tolist()):
-            self.mapping.madvise(mmap.MADV_WILLNEED, start, length)
+        self.willneed_each(starts, lengths)
 
 
 class _Beside(threading.Thread):

@@ -193,12 +193,16 @@ class MappedCopy:
         beside a thread running Python (the epoch's other steps), that waits up to Python's switch
         interval, and a call per range made thousands of such waits (`python -m bench.copy_reads
         --beside`). `mmap.madvise`, the fallback, holds the lock through the call instead."""
-        starts = np.asarray(starts, np.uint64) + np.uint64(self.buffer.address)
         ranges = np.empty(len(starts), dtype=[("base", np.uint64), ("length", np.uint64)])
-        ranges["base"], ranges["length"] = starts, np.asarray(lengths, np.uint64)
+        ranges["base"] = np.asarray(starts, np.uint64) + np.uint64(self.buffer.address)
+        ranges["length"] = np.asarray(lengths, np.uint64)
         done = _advised_in_lists(ranges)
-        for base, length in ranges[done:].tolist():
-            self.mapping.madvise(mmap.MADV_WILLNEED, base - self.buffer.address, length)
+        self.willneed_each(starts[done:], lengths[done:])
+
+    def willneed_each(self, starts: np.ndarray, lengths: np.ndarray) -> None:
+        """MADV_WILLNEED the byte ranges one `mmap.madvise` call each."""
+        for start, length in zip(starts.tolist(), lengths.tolist()):
+            self.mapping.madvise(mmap.MADV_WILLNEED, start, length)
 
 
 _IOV_MAX = 1024  # ranges a process_madvise(2) call takes
