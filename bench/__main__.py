@@ -230,6 +230,7 @@ def _epoch(engine, spark, root: str, generator, index: int, queries: list[str], 
     arranged = [dict(input=Path(path).name, key=key, version=version, what=what, seconds=round(seconds, 3))
                 for path, key, version, what, seconds in engine.arranged]
     served = [dict(input=Path(path).name, key=key, **counts) for (path, key), counts in engine.arranged_reads.items()]
+    copies = next((r.detail["arrangements"]["copies"] for r in reports if "arrangements" in r.detail), {})
     _reset_peaks(spark)
     recompute, recomputes = _recompute_all(engine, names, root)
     recompute_peak = _peak_gigabytes(spark)
@@ -251,7 +252,7 @@ def _epoch(engine, spark, root: str, generator, index: int, queries: list[str], 
     return dict(index=index, floor_seconds=_rounded(floor), floor_driver_seconds=_rounded(floor_driver),
                 incremental_seconds=round(incremental, 3), recompute_seconds=round(recompute, 3),
                 noop_seconds=_rounded(noop), unread_columns=unread,
-                source_changes=changed, arranged=arranged, arranged_reads=served,
+                source_changes=changed, arranged=arranged, arranged_reads=served, copies=copies,
                 peak_gigabytes=dict(incremental=incremental_peak, recompute=recompute_peak), tables=tables)
 
 
@@ -350,7 +351,7 @@ def run_scale(spark, work: Path, scale: float, fractions: list[float], epochs: i
             epoch = results[-1]
             print(f"  scale {scale:g} fraction {fraction:g} epoch {index}: whole epoch incremental "
                   f"{epoch['incremental_seconds']:.1f}s, recompute {epoch['recompute_seconds']:.1f}s "
-                  f"({epoch['recompute_seconds'] / epoch['incremental_seconds']:.2f}x); arranged: " + ", ".join(
+                  f"({epoch['recompute_seconds'] / epoch['incremental_seconds']:.2f}x); copies {epoch['copies']}; arranged: " + ", ".join(
                       f"{a['input']}.{a['key']} {a['what']} {a['seconds']:.1f}s" for a in epoch["arranged"]) + "; " + ", ".join(
                 f"{n} {t['incremental_seconds']:.1f}s/{t['recompute_seconds']:.1f}s" for n, t in epoch["tables"].items()),
                 flush=True)
@@ -537,6 +538,12 @@ def _arranged_line(run: dict) -> list[str]:
     parts = built + by_spark + ([f"{len(appended)} appends of change feeds, at most {max(appended):.2f} s"]
                                 if appended else [])
     lines = [f"Arrangements (inside the whole epoch): {', '.join(parts) or 'all current'}.", ""]
+    copies = [(e["index"], e.get("copies") or {}) for e in run["epochs"]]
+    if any(counts for _, counts in copies):
+        lines += ["Local copies made, dropped for their disk budget (made again when next read), failed and not made "
+                  "for want of disk, per epoch: " + "; ".join(
+                      f"epoch {i}: " + ", ".join(f"{n} {what}" for what, n in sorted(counts.items())) for i, counts in copies
+                      if counts) + ".", ""]
     served = [(e["index"], r) for e in run["epochs"] for r in e.get("arranged_reads", [])]
     if served:
         lines += ["Reads served by arrangements (per epoch and input, all tables' steps together):", "",

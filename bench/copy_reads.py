@@ -15,20 +15,26 @@ read, as the epoch's other steps run beside a step's read, and reports how much 
 
     python -m bench.copy_reads <warehouse>/_epochal/local_copies/<folder> --key l_orderkey --keys 1500 15000 \
         [--columns l_orderkey l_extendedprice ...]
+
+`--make <Parquet files>` first makes the copies of those files into a folder under `<folder>` (an
+arrangement's files, or any file sorted by `--key`, such as tpchgen-cli's lineitem) and reads those.
 """
 
 from __future__ import annotations
 
 import argparse
 import glob
+import os
 import resource
 import sys
 import threading
 import time
 
 import numpy as np
+import pyarrow.dataset as ds
 
-from epochal.keyed.local_copies import MappedCopy, rows_in_copy
+from epochal.keyed.local_copies import LocalCopies, MappedCopy, rows_in_copy
+from epochal.keyed.packed_rows import Layout
 
 
 def _read_kib() -> int:
@@ -75,6 +81,20 @@ def _drop_caches() -> None:
         caches.write("3")
 
 
+def _made(folder: str, parquet_files: list[str], key: str) -> str:
+    """The folder of the copies of `parquet_files` (made under `folder` unless there)."""
+    copies = LocalCopies(folder, max_bytes=1 << 50)
+    made = set()
+    for path in parquet_files:
+        fragment = next(iter(ds.dataset(path, format="parquet").get_fragments()))
+        began = time.perf_counter()
+        made.add(os.path.dirname(copies.make(os.path.abspath(path), fragment, key)))
+        print(f"copy of {path}: {time.perf_counter() - began:.1f} s", flush=True)
+    if len(made) != 1:
+        raise SystemExit(f"the copies went to {len(made)} folders: give files of one folder")
+    return made.pop()
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folder")
@@ -86,14 +106,18 @@ def main(argv=None) -> None:
                         help="a thread of pure Python beside each read; adds the advice through mmap.madvise")
     parser.add_argument("--switch-interval", type=float, default=None,
                         help="sys.setswitchinterval (seconds; Python's default 0.005)")
+    parser.add_argument("--make", nargs="+", default=None, metavar="PARQUET",
+                        help="make the copies of these Parquet files under the folder first, and read those")
     arguments = parser.parse_args(argv)
     if arguments.switch_interval is not None:
         sys.setswitchinterval(arguments.switch_interval)
+    if arguments.make:
+        arguments.folder = _made(arguments.folder, arguments.make, arguments.key)
     files = sorted(glob.glob(f"{arguments.folder}/*.arrow"))
     bounds = {f: np.load(f + ".bounds.npy") for f in files}
     present = np.unique(np.concatenate([b[0] for b in bounds.values()]))  # each block's lowest key
     low, high = int(present[0]), int(present[-1])
-    schema = MappedCopy(files[0]).reader().schema
+    schema = Layout.stored(MappedCopy(files[0]).reader().schema).schema
     key = arguments.key
     columns = arguments.columns or schema.names
     opened = {"MADV_RANDOM": lambda path: MappedCopy(path, prefetching=False),

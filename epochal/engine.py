@@ -442,7 +442,8 @@ class Engine:
         (`detail["arrangements"]`) and Dagster's metadata: how many were built, appended to or
         current, each that failed (its readers then read the input itself: slower, the same
         rows), with how many refreshes in a row it has failed in this process, and the copies
-        made, failed or not made for want of disk. None without arrangements."""
+        made, failed, not made for want of disk or dropped for their disk budget. None without
+        arrangements."""
         if self.arrangements is None:
             return None
         done = collections.Counter(what_was_done(what) for _, _, _, what, _ in self.arranged

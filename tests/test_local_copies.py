@@ -152,6 +152,7 @@ def test_copies_stay_within_their_disk_budget_dropping_the_least_recently_read(t
     copies.make(*folders[3][:2], "k")
     left = [str(p) for p in (tmp_path / "copies").glob("*/*.arrow")]
     assert len(left) == 2 and sum(os.path.getsize(p) for p in left) <= copies.max_bytes
+    assert copies.take_counts() == {"made": 4, "evicted": 2}
     assert [p.name for p in (tmp_path / "copies").glob("*/*.tmp")] == ["being-written.arrow.tmp"]
 
 

@@ -1,7 +1,7 @@
 """Local copies: each arrangement data file that keyed reads use, copied once to the driver's
-disk as an Arrow IPC file (a few large record batches), with the key bounds of every
-block of BATCH_ROWS rows (and its rows: `certain_rows` refuses a read too large before it is made)
-beside it.
+disk as an Arrow IPC file (a few large record batches, their fixed-width columns packed row by
+row: packed_rows.py), with the key bounds of every block of BATCH_ROWS rows (and its rows:
+`certain_rows` refuses a read too large before it is made) beside it.
 
 A keyed read of Parquet decodes every row group that may hold one of its keys, each column chunk
 of it, at a fixed cost a chunk whatever its rows (so smaller row groups are no faster). Random
@@ -44,12 +44,13 @@ import pyarrow.parquet as pq
 
 from .. import faults
 from ..storage.warehouse import within
+from .packed_rows import PACKED, Layout, row_bytes
 
 log = logging.getLogger("epochal")
 
 BATCH_ROWS = 256  # rows per block of bounds: a random key's read looks at about this many rows
 COPY_BATCH_ROWS = 1 << 20  # a copy's record batches: row groups (an arrangement's are small) joined up to this many rows
-FORMAT = "batches of row groups"  # in a copy's name: copies of an earlier layout are not read (prune drops them)
+FORMAT = "packed rows"  # in a copy's name: copies of an earlier layout are not read (prune drops them)
 COPY_BYTES = 32 << 30  # the copies' disk budget, per directory
 ABANDONED_SECONDS = 3_600  # a half-written copy this old was left by a process that died
 CACHED_BOUNDS = 4_096  # copies whose bounds are kept in memory (32 bytes a batch each)
@@ -124,7 +125,9 @@ class MappedCopy:
     def prefetch(self, arrays: list[pa.Array], rows: np.ndarray) -> None:
         """Ask the kernel for the pages holding `rows` (ascending) of each of `arrays` (slices of
         this mapping): their validity, values and offsets first, then, with the offsets read,
-        their strings' bytes. Types of other layouts are left to their page faults."""
+        their strings' bytes. Types of other layouts are left to their page faults. The offsets
+        are read by Arrow's take, which lets go of the interpreter's lock, so a page fault on
+        them does not hold up the other steps' Python."""
         if not self.prefetching or not len(rows):
             return
         ranges, strings = [], []
@@ -138,8 +141,9 @@ class MappedCopy:
             buffers = array.buffers()
             if len(buffers) < 3 or buffers[2] is None or not buffers[2].size:
                 continue
-            offsets = np.frombuffer(buffers[1], dtype=_offsets_type(array.type))[array.offset:]
-            ranges.append((buffers[2].address, offsets[rows], offsets[rows + 1]))
+            offsets = pa.Array.from_buffers(pa.from_numpy_dtype(_offsets_type(array.type)), len(array) + 1,
+                                            [None, buffers[1]], offset=array.offset)
+            ranges.append((buffers[2].address, offsets.take(rows).to_numpy(), offsets.take(rows + 1).to_numpy()))
         self._advise(ranges)
 
     @staticmethod
@@ -306,7 +310,9 @@ def rows_in_copy(source: MappedCopy, bounds: np.ndarray, key: str, keys: np.ndar
                  columns: list[str]) -> pa.Table:
     """A copy's rows whose `key` is one of `keys` (sorted int64, dates as days) or NULL (with
     `nulls`), with `columns`: only the blocks whose `bounds` admit a key are looked at, and only
-    the rows holding one are copied out of `source`, their pages asked for before they are read."""
+    the rows holding one are copied out of `source`, their pages asked for before they are read:
+    the key column (kept apart from the packed rows) at the rows of the admitted blocks, then the
+    packed rows and other columns of the rows that hold a key."""
     if bounds.shape[0] < 4:
         raise ValueError(f"bounds of {bounds.shape[0]} rows, no block sizes")
     lows, highs, null_counts, counts = bounds
@@ -315,27 +321,35 @@ def rows_in_copy(source: MappedCopy, bounds: np.ndarray, key: str, keys: np.ndar
         admitted |= null_counts > 0
     looked_at = _rows_of_blocks(np.cumsum(counts) - counts, counts, admitted)
     reader = source.reader()
-    names = {n.lower(): n for n in reader.schema.names}
+    layout = Layout.stored(reader.schema)
+    names = {n.lower(): n for n in layout.schema.names}
     selected = [names[c.lower()] for c in columns]
+    key_name = names[key.lower()]
+    schema = pa.schema([layout.schema.field(n) for n in selected])
     parts, offset = [], 0
     for index in range(reader.num_record_batches):
         batch = reader.get_batch(index)
         lo, hi = np.searchsorted(looked_at, [offset, offset + batch.num_rows])
         if hi > lo:
             at_rows = looked_at[lo:hi] - offset
-            key_column = batch.column(names[key.lower()])
+            key_column = batch.column(key_name)
             source.prefetch([key_column], at_rows)
             values, missing = integers_and_nulls(key_column.take(at_rows))
             kept = one_of(keys, values) & ~missing
             if nulls:
                 kept |= missing
-            chosen = batch.select(selected)
-            source.prefetch(chosen.columns, at_rows[kept])
-            parts.append(chosen.take(at_rows[kept]))
+            at_rows = at_rows[kept]
+            packing = [n for n in selected if n in layout.packed]
+            columns = [batch.column(n) for n in selected if n not in layout.packed]
+            source.prefetch(columns + ([batch.column(PACKED)] if packing else []), at_rows)
+            rows = row_bytes(batch.column(PACKED).take(at_rows)) if packing else None
+            parts.append(pa.record_batch(
+                [layout.unpacked(rows, n) if n in layout.packed else batch.column(n).take(at_rows) for n in selected],
+                schema=schema))
         offset += batch.num_rows
     if offset != int(counts.sum()):
         raise ValueError(f"{offset} rows against {int(counts.sum())} in the bounds' blocks")
-    return pa.Table.from_batches(parts, pa.schema([reader.schema.field(n) for n in selected])).combine_chunks()
+    return pa.Table.from_batches(parts, schema).combine_chunks()
 
 
 def _durable(path: str) -> None:
@@ -365,13 +379,14 @@ class LocalCopies:
         self._bounds: collections.OrderedDict = collections.OrderedDict()  # copy -> (lows, highs, nulls, rows) per block
         self._making: dict[str, threading.Lock] = {}
         self._failed: dict[str, float] = {}  # copies that could not be made -> when (read as Parquet meanwhile)
-        self._counts: collections.Counter = collections.Counter()  # since take_counts: made, failed, no_room
+        self._counts: collections.Counter = collections.Counter()  # since take_counts: made, failed, no_room, evicted
         self._guard = threading.Lock()
 
     def take_counts(self) -> dict[str, int]:
-        """Copies made, failed and not made for want of free disk since the last call: a read
-        falls back to Parquet where there is no copy, slower but the same rows, so each fallback
-        is counted for the refresh's reports rather than shown in a log line only."""
+        """Copies made, failed, not made for want of free disk and dropped for the disk budget
+        since the last call: a read falls back to Parquet where there is no copy, slower but the
+        same rows, and a dropped copy is made again by the next read that needs it, so each is
+        counted for the refresh's reports rather than shown in a log line only."""
         with self._guard:
             counts, self._counts = dict(self._counts), collections.Counter()
         return counts
@@ -459,10 +474,12 @@ class LocalCopies:
 
                 def write_pending() -> None:
                     for batch in pa.concat_tables(pending).combine_chunks().to_batches():
-                        writer.write_batch(batch)
+                        writer.write_batch(layout.pack(batch))
                     pending.clear()
 
-                with pa.OSFile(temporary + ".arrow.tmp", "wb") as sink, ipc.new_file(sink, schema) as writer:
+                layout = Layout.of(schema, apart=(schema.names[field],))
+                with pa.OSFile(temporary + ".arrow.tmp", "wb") as sink, \
+                        ipc.new_file(sink, layout.stored_schema()) as writer:
                     for group in range(parquet.num_row_groups):
                         rows = parquet.read_row_group(group)
                         if not rows.num_rows:
@@ -567,4 +584,5 @@ class LocalCopies:
             if total <= self.max_bytes:
                 break
             self._drop(target)
+            self._count("evicted")
             total -= size
