@@ -65,7 +65,8 @@ class Layout:
 
     @classmethod
     def stored(cls, stored_schema: pa.Schema) -> "Layout":
-        """The layout of a table stored as `stored_schema` (the schema `stored_schema` gave it)."""
+        """The layout of a table stored as `stored_schema` (what `stored_schema()` made: the
+        table's own schema in its metadata, and the columns kept apart after the packed rows)."""
         serialized = (stored_schema.metadata or {}).get(_SCHEMA)
         if serialized is None or stored_schema.names[:1] != [PACKED]:
             raise ValueError("not a table of packed rows")
