@@ -326,6 +326,8 @@ def rows_in_copy(source: MappedCopy, bounds: np.ndarray, key: str, keys: np.ndar
     selected = [names[c.lower()] for c in columns]
     key_name = names[key.lower()]
     schema = pa.schema([layout.schema.field(n) for n in selected])
+    packing = any(n in layout.packed for n in selected)
+    apart = [n for n in selected if n not in layout.packed]
     parts, offset = [], 0
     for index in range(reader.num_record_batches):
         batch = reader.get_batch(index)
@@ -339,10 +341,9 @@ def rows_in_copy(source: MappedCopy, bounds: np.ndarray, key: str, keys: np.ndar
             if nulls:
                 kept |= missing
             at_rows = at_rows[kept]
-            packing = [n for n in selected if n in layout.packed]
-            columns = [batch.column(n) for n in selected if n not in layout.packed]
-            source.prefetch(columns + ([batch.column(PACKED)] if packing else []), at_rows)
-            rows = row_bytes(batch.column(PACKED).take(at_rows)) if packing else None
+            packed = batch.column(PACKED)
+            source.prefetch([batch.column(n) for n in apart] + ([packed] if packing else []), at_rows)
+            rows = row_bytes(packed.take(at_rows)) if packing else None
             parts.append(pa.record_batch(
                 [layout.unpacked(rows, n) if n in layout.packed else batch.column(n).take(at_rows) for n in selected],
                 schema=schema))
