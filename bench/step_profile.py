@@ -5,6 +5,7 @@ is delta-rs's). Prints each step's seconds and phases, then the engine functions
 seconds over the profiled epochs (the first epoch is not profiled).
 
     .venv/bin/python -m bench.step_profile 0.1 6 [--epochs 3] [--unprofiled 1] [--top 40] [--callers FUNCTION] [--by-self]
+        [--driver-rows N]
         [--together]
         [--source-writer spark] [--cold]
 
@@ -57,6 +58,10 @@ def main(argv=None) -> None:
     parser.add_argument("--by-self", action="store_true",
                         help="also list every function (the libraries' too) by its own seconds: where Python "
                              "holds the GIL, and the calls that leave it (py4j, delta-rs, Arrow)")
+    parser.add_argument("--driver-rows", type=int, default=None,
+                        help="the engine's driver_rows: lower than a state's rows, a small scale's step takes "
+                             "the path a larger scale's does (Q11's aggregate state is within the default at "
+                             "scale 1 and past it at scale 10)")
     parser.add_argument("--dump", default=None,
                         help="also write the profile here (pstats format), to ask afterwards who calls what: "
                              "python -c \"import pstats; pstats.Stats('FILE').print_callers('open')\"")
@@ -70,7 +75,7 @@ def main(argv=None) -> None:
     spark = _session("8g")
     names = [f"tpch_q{q:02d}" for q in arguments.queries]
     root = _warehouse(spark, Path(arguments.work), arguments.scale, f"profile-{arguments.scale:g}")
-    engine = _engine(spark, root, names)
+    engine = _engine(spark, root, names, arguments.driver_rows)
     engine.parallelism = 1  # steps on the main thread, where cProfile sees them
     began = time.perf_counter()
     engine.refresh(until=LOADED_AT + timedelta(minutes=15))
