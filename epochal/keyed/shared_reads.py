@@ -109,10 +109,10 @@ class SharedReads:
         except (DeltaError, OSError):  # Spark reads it, and names what is wrong where it cannot
             return None
 
-    def _snapshot(self, path: str, version: int) -> pa.Table | None:
+    def _snapshot(self, path: str, version: int, limit: int) -> pa.Table | None:
         try:
             table = self.table_at(path, version)
-            if not delta_rs_reads_alike(table) or table.count() > self.driver_rows:  # count: the files' statistics
+            if not delta_rs_reads_alike(table) or table.count() > limit:  # count: the files' statistics
                 return None
             return pa.table(table.to_pyarrow_table())
         except (DeltaError, OSError, ValueError):  # no statistics, or unreadable here: Spark's to read
@@ -144,7 +144,17 @@ class SharedReads:
 
     def snapshot_rows(self, path: str, version: int) -> pa.Table | None:
         """The table as of `version` as Arrow (delta-rs's types), or None when it is Spark's to read."""
-        return self._once(("version", path, version), lambda: self._snapshot(path, version))
+        return self._once(("version", path, version), lambda: self._snapshot(path, version, self.driver_rows))
+
+    def whole_rows(self, path: str, version: int) -> pa.Table | None:
+        """`snapshot_rows` up to `key_rows` rows: a state read whole to be finalized on the driver
+        (a scalar subquery's aggregate, an aggregated view joined as a partner), whose every row
+        a step computes with. Through Spark such a read costs a scan and the jobs of each operator
+        over it, every epoch (TPC-H Q11 and Q15 at scale 10: 9 and 24 jobs a step)."""
+        held = self._reads.get(("version", path, version))
+        if held is not None:
+            return held
+        return self._once(("whole", path, version), lambda: self._snapshot(path, version, self.key_rows))
 
     def snapshot(self, spark, path: str, version: int, schema: StructType | None = None) -> DataFrame | None:
         """The table as of `version` as a local relation (with `schema`, else the table's), or

@@ -104,7 +104,7 @@ class StateStore:
         path = self.path(name)
         if DeltaLog.open(path, self.storage_options) is None:
             raise StateMissing(f"state table {path} is missing")
-        data = self.reads.snapshot_rows(path, version)
+        data = self.reads.snapshot_rows(path, version) if column is not None else self.reads.whole_rows(path, version)
         if data is None and column is not None and wanted is not None:
             data = self.reads.keys_rows(path, version, column, *wanted)
         return data
