@@ -242,7 +242,8 @@ class SharedReads:
             batches.append(batch)
         return pa.Table.from_batches(batches, schema=pa.schema([dataset.schema.field(c) for c in columns]))
 
-    def _scan_for_keys(self, path: str, version: int, field: str, keys: tuple, nulls: bool) -> pa.Table | None:
+    def _scan_for_keys(self, path: str, version: int, field: str, keys: tuple, nulls: bool,
+                       copies: bool = True) -> pa.Table | None:
         try:
             opened = self._dataset(path, version, field)
             if opened is None:
@@ -253,7 +254,7 @@ class SharedReads:
                 return None
             if not keys and not nulls:  # no keys (a change batch its partners left empty): no rows
                 return pa.schema([dataset.schema.field(c) for c in columns]).empty_table()
-            copied = self._copied(path, target.type)
+            copied = copies and self._copied(path, target.type)
             dataset = files_holding(table, dataset, target.name, values, nulls, row_groups=not copied)
             condition = ds.field(target.name).isin(values)
             if nulls:
@@ -281,13 +282,14 @@ class SharedReads:
         by_name = {name.lower(): name for name in names}
         return [by_name[c.lower()] for c in sorted(wanted | {field}) if c.lower() in by_name] if wanted else list(names)
 
-    def _read_for_keys(self, path: str, version: int, field: str, keys: tuple, nulls: bool) -> pa.Table | None:
+    def _read_for_keys(self, path: str, version: int, field: str, keys: tuple, nulls: bool,
+                       copies: bool = True) -> pa.Table | None:
         began = time.perf_counter()
         how = "from its arrangement"
         try:
             found = self._arrangement_rows(path, version, field, keys, nulls)
             if found is None:
-                found, how = self._scan_for_keys(path, version, field, keys, nulls), "by a scan"
+                found, how = self._scan_for_keys(path, version, field, keys, nulls, copies), "by a scan"
         except TooManyRows:
             found = None
         if found is not None and path in self.columns:
@@ -333,7 +335,8 @@ class SharedReads:
         wanted = [c for c in self.columns[path]] + [field]
         return self.arrangements.serving(path, field, version, wanted) is not None
 
-    def _covering(self, path: str, version: int, field: str, keys: tuple, nulls: bool) -> pa.Table | None:
+    def _covering(self, path: str, version: int, field: str, keys: tuple, nulls: bool,
+                  copies: bool = True) -> pa.Table | None:
         """The rows of `keys` out of the rows read so far for (path, version, field). A read for
         keys not yet held reads only those (an arrangement's read costs per key; a scan costs the
         same for any number of keys), adds their rows to the held ones, and the steps asking next
@@ -366,11 +369,11 @@ class SharedReads:
                                           keys, nulls)
                     if found is not None:
                         return self._bounded(found)
-                data = self._read_for_keys(path, version, field, ordered, missing_nulls) if ordered is not None else None
+                data = self._read_for_keys(path, version, field, ordered, missing_nulls, copies) if ordered is not None else None
                 self._scanned.add((path, version))
                 if data is None:
                     if ordered is None:  # unlike values: these keys alone, not held
-                        alone = self._read_for_keys(path, version, field, keys, nulls)
+                        alone = self._read_for_keys(path, version, field, keys, nulls, copies)
                         if alone is None:
                             self._refuse(slot[1:], wanted, nulls)
                         return alone
@@ -380,14 +383,14 @@ class SharedReads:
                 if merged is None or merged.num_rows > self.key_rows:  # not held: these keys' rows
                     found = data if held is None else self._merged(self._rows_of_keys(held[2], field, keys, nulls), data)
                     return self._bounded(found) if found is not None else \
-                        self._read_for_keys(path, version, field, keys, nulls)
+                        self._read_for_keys(path, version, field, keys, nulls, copies)
                 held = self._reads[slot] = (held[0] | missing if held else missing,
                                             bool(missing_nulls or (held and held[1])), merged)
             data = held[2]
         if held[0] == wanted and held[1] == nulls:
             return data
         found = self._rows_of_keys(data, field, keys, nulls)
-        return found if found is not None else self._read_for_keys(path, version, field, keys, nulls)
+        return found if found is not None else self._read_for_keys(path, version, field, keys, nulls, copies)
 
     @staticmethod
     def _merged(held: pa.Table | None, read: pa.Table | None) -> pa.Table | None:
@@ -473,10 +476,13 @@ class SharedReads:
         found = self.keys_frame_and_rows(spark, path, version, schema, field, keys, nulls)
         return found[0] if found is not None else None
 
-    def keys_rows(self, path: str, version: int, field: str, keys: tuple, nulls: bool = False) -> pa.Table | None:
+    def keys_rows(self, path: str, version: int, field: str, keys: tuple, nulls: bool = False,
+                  copies: bool = True) -> pa.Table | None:
         """`keys_frame`'s rows as Arrow (every column the refresh reads, or every column of a
-        table no plan reads, such as a state table), or None."""
-        return self._covering(path, version, field, keys, nulls)
+        table no plan reads, such as a state table), or None. `copies=False`: a table no plan
+        reads is scanned without local copies of its files (a derived table's output: neither
+        written in key order nor read again by key, its copies would only take the budget)."""
+        return self._covering(path, version, field, keys, nulls, copies)
 
     def keys_frame_and_rows(self, spark, path: str, version: int, schema: StructType, field: str, keys: tuple,
                              nulls: bool = False) -> tuple[DataFrame, pa.Table] | None:

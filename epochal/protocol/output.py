@@ -17,6 +17,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from .. import faults, reasons
+from ..arrow_rows import column_first_values, key_kind
 from ..changes import consolidate_rows, read_snapshot, rows_up_to
 from ..errors import EpochError, StateInconsistent
 from ..graph import WEIGHT
@@ -200,13 +201,36 @@ def write_output(env: Environment, table, step: Step, change: DataFrame | None, 
 def _copies(env: Environment, table, step: Step, change: DataFrame | None, base: DataFrame | None, rows: pa.Table,
             columns: list[str], current: pa.Table | None = None) -> dict[tuple, int]:
     """The copies the table holds of each row the change deletes: counted on the driver when the
-    step holds the table's rows (`current`) or the refresh read its version as Arrow, else by Spark."""
+    step holds the table's rows (`current`), the refresh read its version as Arrow, or a read of
+    the rows sharing a column's value with a deleted row finds them, else by Spark (a scan of the
+    whole table, every epoch with a delete: a filtered projection of a large input)."""
     reads = env.reads
-    held = current if current is not None else reads.snapshot_rows(table.path, step.output_version) \
-        if reads is not None and step.technique == INCREMENTAL and step.output_version >= 0 else None
+    deleted = rows.filter(pc.less(rows.column(WEIGHT), 0))
+    held = current
+    if held is None and reads is not None and step.technique == INCREMENTAL and step.output_version >= 0:
+        held = reads.snapshot_rows(table.path, step.output_version)
+        if held is None:
+            held = _sharing_a_value(reads, table.path, step.output_version, deleted, columns)
     if held is None:
         return copies_in(_base(env, table, step, base), change, columns)
-    return driver_commits.copies_of(held, rows.filter(pc.less(rows.column(WEIGHT), 0)), columns)
+    return driver_commits.copies_of(held, deleted, columns)
+
+
+KEYS_READ_EXACTLY = frozenset({"integer", "string", "date", "decimal"})
+
+
+def _sharing_a_value(reads, path: str, version: int, deleted: pa.Table, columns: list[str]) -> pa.Table | None:
+    """The table's rows as of `version` whose first column of a kind a read by key filters
+    exactly (an integer, string, date or decimal) equals that column of a deleted row, with every
+    column: a superset of each deleted row's copies. None where there is no such column, the rows
+    are too many for the driver (the reads' `key_rows`), or the read holds fewer columns (a plan
+    of the refresh reads the table, and the read keeps its columns only)."""
+    column = next((c for c in columns if key_kind(deleted.schema.field(c).type) in KEYS_READ_EXACTLY), None)
+    first = column_first_values(deleted.column(column)) if column is not None else None
+    if first is None:
+        return None
+    found = reads.keys_rows(path, version, column, *first, copies=False)
+    return found if found is not None and set(columns) <= set(found.column_names) else None
 
 
 def _base(env: Environment, table, step: Step, base: DataFrame | None) -> DataFrame:
