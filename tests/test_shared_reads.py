@@ -18,12 +18,15 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from deltalake import DeltaTable, WriterProperties, write_deltalake
 from pyspark.sql import functions as F
 
+from epochal import Engine
 from epochal.changes import consolidate, consolidate_rows
 from epochal.graph import WEIGHT
-from epochal.keyed.shared_reads import SharedReads
-from tests.support import as_multiset
+from epochal.keyed.file_pruning import files_holding
+from epochal.keyed.shared_reads import SharedReads, widened_bounds
+from tests.support import SyntheticSource, as_multiset, assert_matches_recompute
 from tests.test_differential import DEFINITIONS, EXAMPLES, SLOW, epoch_lists, run_epochs
 from tests.test_differential_sql import JOINS_AND_SUBQUERIES
 
@@ -216,9 +219,7 @@ def clustered_table(spark, warehouse) -> str:
 
 
 def test_files_whose_statistics_miss_every_key_are_not_read(clustered_table):
-    from deltalake import DeltaTable
 
-    from epochal.keyed.file_pruning import files_holding
 
     table = DeltaTable(clustered_table, version=0)
     dataset = table.to_pyarrow_dataset()
@@ -236,8 +237,6 @@ def test_files_whose_statistics_miss_every_key_are_not_read(clustered_table):
 def row_grouped_table(spark, warehouse) -> str:
     """One file sorted by k in row groups of 7 rows (as a join's keyed state is laid out), NULL
     keys and dates among them, written by delta-rs; version 1 appends a file of unsorted keys."""
-    from deltalake import WriterProperties, write_deltalake
-
     path = f"{warehouse}/{uuid.uuid4().hex[:8]}"
     ks = sorted(range(0, 120, 2), key=lambda k: (k % 13 != 0, k))  # NULLs (k % 13 == 0) first, then sorted
     first = pa.table({"k": pa.array([k if k % 13 else None for k in ks], pa.int32()),
@@ -272,9 +271,7 @@ def test_a_restricted_read_skipping_files_and_row_groups_finds_every_row(spark, 
 
 
 def test_row_groups_whose_statistics_miss_every_key_are_not_read(row_grouped_table):
-    from deltalake import DeltaTable
 
-    from epochal.keyed.file_pruning import files_holding
 
     table = DeltaTable(row_grouped_table, version=0)
     dataset = table.to_pyarrow_dataset()
@@ -375,8 +372,6 @@ def test_a_range_read_holds_every_row_within_its_span(spark, changed_table, held
 
 
 def test_a_span_the_column_cannot_hold_is_not_read_on_the_driver():
-    from epochal.keyed.shared_reads import widened_bounds
-
     assert widened_bounds(Decimal("1.234"), Decimal("5.001"), pa.decimal128(10, 2)) == \
         (pa.scalar(Decimal("1.23"), pa.decimal128(10, 2)), pa.scalar(Decimal("5.01"), pa.decimal128(10, 2)))
     assert widened_bounds(-1.5, 2.25, pa.int32()) == (pa.scalar(-2, pa.int32()), pa.scalar(3, pa.int32()))
@@ -410,9 +405,6 @@ def test_a_state_past_driver_rows_read_whole_is_finalized_on_the_driver(spark, w
     maximum) with more rows than `driver_rows` but within the reads' `key_rows` is read by
     delta-rs and finalized on the driver: the incremental steps run no Spark job, and every table
     equals its recompute after every epoch."""
-    from epochal import Engine
-    from tests.support import SyntheticSource, assert_matches_recompute
-
     root = f"{warehouse}/{uuid.uuid4().hex[:8]}"
     parts = SyntheticSource(spark, f"{root}/sources/parts", "g int, d decimal(10,2)",
                             [(g, Decimal(g) + Decimal("0.25")) for g in range(GROUPS)])
@@ -443,9 +435,6 @@ def test_a_large_multiset_output_counts_a_deleted_rows_copies_on_the_driver(spar
     holds of each deleted row from the rows sharing the row's first column, read on the driver
     (NULLs too), not by a Spark scan of the output: the incremental steps run no Spark job, and
     the table equals its recompute after every epoch (duplicates, NULL keys, copies that remain)."""
-    from epochal import Engine
-    from tests.support import SyntheticSource, assert_matches_recompute
-
     root = f"{warehouse}/{uuid.uuid4().hex[:8]}"
     # about four copies of each row; a delete takes those of d 2.50 only, so of (g, k) some copies remain
     start = [(k % 10 if k % 7 else None, "xy"[k % 2], Decimal("2.50") if k // 10 % 2 else Decimal("1.00"))
