@@ -47,7 +47,7 @@ from pyspark.sql.types import (
 )
 from sqlglot import exp
 
-from .arrow_rows import column_first_values, exact_rows, held_rows, key_kind
+from .arrow_rows import column_first_values, exact_rows, held_rows, key_kind, key_type
 from .changes import quoted
 from .graph import WEIGHT, Filter, Join, Node, SemiJoin, columns_in, conjuncts, join_order, single_row, walk
 
@@ -373,6 +373,28 @@ def narrow_partners(ctx, node: Join, start: int, frames: dict[int, DataFrame], s
                     if x in node.parts[p].columns and (not held_only or held_rows(frames[p]) is not None):
                         yield p, x, y
 
+    def take_held_whole() -> bool:
+        """An input no read for keys reaches, but held whole on the driver (a small aggregate's
+        every group, joined on a value column: TPC-H Q15's suppliers of the maximum revenue),
+        taken before the hops end and narrowed there to the rows matching an input read so far,
+        so the inputs joined through it are read for those rows' keys, not whole."""
+        for index in [i for i in order if i not in frames]:
+            for p, x, y in hops(index, reduced):
+                whole = ctx.snapshot(node.parts[index], sides[index])
+                whole_rows = held_rows(whole)
+                if whole_rows is None:
+                    break
+                mine, theirs = whole.schema[y].dataType, frames[p].schema[x].dataType
+                if not (mine == theirs and key_type(mine)):
+                    continue
+                kept = semi_joined(whole_rows, y, rows(p), x)
+                if kept is None:
+                    continue
+                frames[index], narrowed[index] = whole, kept
+                reduced.add(index)
+                return True
+        return False
+
     for j, (column, scalar, low, high) in (spans or {}).items():
         if j in frames:
             continue
@@ -395,6 +417,8 @@ def narrow_partners(ctx, node: Join, start: int, frames: dict[int, DataFrame], s
                     reduced.add(index)
                     progress = True
                     break
+        if not progress:
+            progress = take_held_whole()
     for index in order:
         if index not in frames:
             frames[index] = ctx.snapshot(node.parts[index], sides[index])  # whole: no reduction to pass on

@@ -383,11 +383,15 @@ def test_a_span_the_column_cannot_hold_is_not_read_on_the_driver():
         (pa.scalar(date(2020, 1, 1), pa.date32()), pa.scalar(date(2020, 3, 1), pa.date32()))
 
 
-# TPC-H Q11's and Q15's shapes: an aggregate compared with a scalar subquery over its own rows
+# TPC-H Q11's and Q15's shapes: an aggregate compared with a scalar subquery over its own rows;
+# Q15's named: the groups of the maximum joined to a table past driver_rows, read for their keys
 WHOLE_STATES = {
     "above_a_share": "SELECT g, sum(d) AS s FROM parts GROUP BY g HAVING sum(d) > (SELECT sum(d) * 0.018 FROM parts)",
     "the_largest": "WITH totals AS (SELECT g, sum(d) AS s FROM parts GROUP BY g) "
                    "SELECT g, s FROM totals WHERE s = (SELECT max(s) FROM totals)",
+    "the_largest_named": "WITH totals AS (SELECT g, sum(d) AS s FROM parts GROUP BY g) "
+                         "SELECT n.g, n.name, t.s FROM names n JOIN totals t ON n.g = t.g "
+                         "WHERE t.s = (SELECT max(s) FROM totals)",
 }
 GROUPS = 100  # the aggregates' groups: past WHOLE_DRIVER_ROWS, within 10 times it (the reads' key_rows)
 # above each epoch's change rows (at most three inserted, one deleted) and the outputs' rows (the
@@ -403,13 +407,16 @@ PART_ROW = st.tuples(st.integers(0, GROUPS - 1), st.sampled_from([Decimal("-3.00
 def test_a_state_past_driver_rows_read_whole_is_finalized_on_the_driver(spark, warehouse, batches):
     """An aggregate's state read whole (a scalar subquery over it, or the view joined with its
     maximum) with more rows than `driver_rows` but within the reads' `key_rows` is read by
-    delta-rs and finalized on the driver: the incremental steps run no Spark job, and every table
-    equals its recompute after every epoch."""
+    delta-rs and finalized on the driver, and a table joined to the groups of the maximum is read
+    for their keys: the incremental steps run no Spark job, and every table equals its recompute
+    after every epoch."""
     root = f"{warehouse}/{uuid.uuid4().hex[:8]}"
     parts = SyntheticSource(spark, f"{root}/sources/parts", "g int, d decimal(10,2)",
                             [(g, Decimal(g) + Decimal("0.25")) for g in range(GROUPS)])
+    SyntheticSource(spark, f"{root}/sources/names", "g int, name string", [(g, f"group {g}") for g in range(GROUPS)])
     engine = Engine(spark, root, cost_model=False, driver_rows=WHOLE_DRIVER_ROWS)
     engine.source("parts")
+    engine.source("names")
     engine.define_all(WHOLE_STATES)
     engine.refresh()
     for inserted, deleted in batches:
