@@ -85,6 +85,9 @@ def _arguments(argv=None) -> argparse.Namespace:
     parser.add_argument("--source-writer", choices=("delta-rs", "spark"), default="delta-rs",
                         help="who commits the change batches to the sources (ops.changes.ChangeGenerator's "
                              "writer; not timed): 'spark' as runs before 2026-11-26 did")
+    parser.add_argument("--keep", action="store_true",
+                        help="leave each scale's warehouse in the bench folder (its path is printed), for "
+                             "`python -m bench.step_profile --resume` to profile its next epochs without a first epoch")
     return parser.parse_args(argv)
 
 
@@ -329,9 +332,11 @@ def _highest(peaks: list[dict]) -> dict[str, float | None]:
 
 def run_scale(spark, work: Path, scale: float, fractions: list[float], epochs: int, queries: list[str],
               driver_rows: int | None = None, source_writer: str = "delta-rs", arrange_rows: int | None = -1,
-              parallelism: int | None = None, day: bool = False, switch_interval: float | None = -1) -> list[dict]:
+              parallelism: int | None = None, day: bool = False, switch_interval: float | None = -1,
+              keep: bool = False) -> list[dict]:
     """One warehouse at `scale`: its first epoch, then `epochs` epochs at each of `fractions` in
-    turn; one run per fraction (each carries the shared first epoch's figures)."""
+    turn; one run per fraction (each carries the shared first epoch's figures). `keep` leaves the
+    warehouse in place."""
     from ops.changes import ChangeGenerator
 
     root = _warehouse(spark, work, scale, f"run-{scale:g}-{fractions[0]:g}")
@@ -368,7 +373,10 @@ def run_scale(spark, work: Path, scale: float, fractions: list[float], epochs: i
         print(f"  scale {scale:g} daily maintenance: incremental {daily['incremental_seconds']:.1f}s, recompute "
               f"{daily['recompute_seconds']:.1f}s; upkeep {daily['state_compactions']} state compactions, "
               f"{daily['arrangement_rebuilds']} arrangement rebuilds", flush=True)
-    shutil.rmtree(root, ignore_errors=True)
+    if keep:
+        print(f"  scale {scale:g}: warehouse kept at {root} (python -m bench.step_profile --resume {root} ...)", flush=True)
+    else:
+        shutil.rmtree(root, ignore_errors=True)
     return runs
 
 
@@ -747,7 +755,7 @@ def main(argv=None) -> None:
         fractions = [f * (arguments.scales[0] / scale if arguments.same_change_rows else 1) for f in arguments.fraction]
         runs.extend(run_scale(spark, work, scale, fractions, arguments.epochs, queries, arguments.driver_rows,
                               arguments.source_writer, arguments.arrange_rows, arguments.parallelism, arguments.day,
-                              switch_interval=arguments.switch_interval))
+                              switch_interval=arguments.switch_interval, keep=arguments.keep))
         save()
     sweep_queries = [f"tpch_q{n:02d}" for n in arguments.sweep_queries]
     for fraction in arguments.sweep:

@@ -21,6 +21,14 @@ the epochs take:
         --parallelism 2 --source-writer spark &
     py-spy record --gil --pid $! --duration 30 --format raw -o gil.txt   # once it prints "first epoch"
 
+`--resume WAREHOUSE` profiles the next epochs of a warehouse the benchmark kept (`make bench
+ARGS="... --keep"`) or an earlier profile left, with no first epoch: its change batches go on from
+the last one its sources hold, so a scale-10 profile of all 22 queries, beside each other as the
+benchmark runs them, does not pay the first epoch's half hour again:
+
+    .venv/bin/python -m bench.step_profile 10 $(seq 1 22) --resume /tmp/epochal-bench/run-10-0.0001 \
+        --fraction 0.0001 --epochs 1 --together --parallelism 2 --source-writer spark
+
 EPOCHAL_JOB_NAMES=1 lists each step's Spark jobs by name. `--callers pyspark` lists which engine lines call into a library (pyspark, py4j, deltalake,
 pyarrow), with the seconds spent under them.
 """
@@ -37,7 +45,7 @@ from pathlib import Path
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.step_profile", description=__doc__.split("\n\n")[0])
-    parser.add_argument("scale", type=float)
+    parser.add_argument("scale", type=float, help="TPC-H's scale (with --resume, the kept warehouse's)")
     parser.add_argument("queries", type=int, nargs="+")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--unprofiled", type=int, default=0,
@@ -65,6 +73,8 @@ def main(argv=None) -> None:
     parser.add_argument("--dump", default=None,
                         help="also write the profile here (pstats format), to ask afterwards who calls what: "
                              "python -c \"import pstats; pstats.Stats('FILE').print_callers('open')\"")
+    parser.add_argument("--resume", default=None, metavar="WAREHOUSE",
+                        help="a kept warehouse (make bench --keep): no first epoch, its change batches go on")
     arguments = parser.parse_args(argv)
     if arguments.epochs < 0:
         parser.error("--epochs must be at least 0 (the profiled epochs)")
@@ -74,19 +84,28 @@ def main(argv=None) -> None:
 
     spark = _session("8g")
     names = [f"tpch_q{q:02d}" for q in arguments.queries]
-    root = _warehouse(spark, Path(arguments.work), arguments.scale, f"profile-{arguments.scale:g}")
+    if arguments.resume:
+        root = str(Path(arguments.resume).resolve())
+        if not (Path(root) / "sources" / "lineitem" / "_delta_log").exists():
+            parser.error(f"--resume {arguments.resume}: no TPC-H warehouse there (its sources/lineitem is not a Delta table)")
+    else:
+        root = _warehouse(spark, Path(arguments.work), arguments.scale, f"profile-{arguments.scale:g}")
     engine = _engine(spark, root, names, arguments.driver_rows)
     engine.parallelism = 1  # steps on the main thread, where cProfile sees them
-    began = time.perf_counter()
-    engine.refresh(until=LOADED_AT + timedelta(minutes=15))
-    print(f"first epoch: {time.perf_counter() - began:.1f} s", flush=True)
     generator = ChangeGenerator(spark, root, seed=11, fraction=arguments.fraction,
                                 writer=arguments.source_writer)
+    done = max(generator.history().last_batch, 0)
+    if arguments.resume:
+        print(f"resuming {root} after batch {done}", flush=True)
+    else:
+        began = time.perf_counter()
+        engine.refresh(until=LOADED_AT + timedelta(minutes=15))
+        print(f"first epoch: {time.perf_counter() - began:.1f} s", flush=True)
     profile = cProfile.Profile(time.perf_counter)
-    for index in range(1, arguments.unprofiled + arguments.epochs + 1):
+    for index in range(done + 1, done + arguments.unprofiled + arguments.epochs + 1):
         generator.apply_batch(index, LOADED_AT + timedelta(hours=index - 1, minutes=30))
         until = LOADED_AT + timedelta(hours=index)
-        profiled = index > arguments.unprofiled
+        profiled = index > done + arguments.unprofiled
         for batch in [names] if arguments.together else [[name] for name in names]:
             if profiled and arguments.cold:
                 _empty_page_cache()
