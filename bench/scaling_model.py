@@ -35,16 +35,17 @@ KEY_ROWS_PER_C = 12
 # l_orderkey, l_suppkey and l_partkey 8.0 GB each, orders by o_orderkey and o_custkey 1.7 GB each,
 # the rest under 3 GB; their folders in the 20261201T025446Z run)
 COPIES_GB_PER_SCALE = 3.0
-# the page cache beside them on this machine during the epochs: 24 GB less Spark's JVM (9.5 GB) and
-# Python (2 GB), 20261201T025446Z's peaks
+# the page cache beside them on this machine during the epochs: 24 GB less Spark's JVM (9.2 GB) and
+# Python (2.3 GB), 20261202T062536Z's peaks
 PAGE_CACHE_GB = 12.5
-# the 22 queries' whole incremental epoch with 1,500 changed orders (two steps at once): 3.9 s at
-# scale 1, where every copy stays in the page cache (20261130T193020Z); at scale 10, where 12.5 of
-# 30 GB do, 36.0 s with each page faulted in alone (20261201T025446Z; 39.2 s with the pages asked
-# for ahead, MappedCopy.prefetch, 20261201T042038Z: no better in the whole epoch); the noop epoch 0.3 s
+# the 22 queries' whole incremental epoch with 1,500 changed orders (two steps at once), both on the
+# same machine the same day: 4.9 s at scale 1, where every copy stays in the page cache
+# (20261202T074540Z); at scale 10, where 12.5 of 30 GB do, 12.0 s (20261202T062536Z; 36.0 s on
+# 2026-12-01 before the pages were asked for ahead and the interpreter's switch interval lowered,
+# 20261201T025446Z); the noop epoch 0.3 s
 INCREMENTAL_FIXED_SECONDS = 0.3
-WARM_SECONDS_PER_C = (3.9 - INCREMENTAL_FIXED_SECONDS) / 1_500
-SCALE_10_SECONDS = 36.0
+WARM_SECONDS_PER_C = (4.9 - INCREMENTAL_FIXED_SECONDS) / 1_500
+SCALE_10_SECONDS = 12.0
 _CACHED_AT_10 = PAGE_CACHE_GB / (COPIES_GB_PER_SCALE * 10)
 # a key read from a copy past the page cache against one in it, solved from the two figures above
 COLD_SLOWDOWN = (((SCALE_10_SECONDS - INCREMENTAL_FIXED_SECONDS) / 1_500 / WARM_SECONDS_PER_C) - _CACHED_AT_10) \
@@ -52,11 +53,11 @@ COLD_SLOWDOWN = (((SCALE_10_SECONDS - INCREMENTAL_FIXED_SECONDS) / 1_500 / WARM_
 # keyed reads per changed order key beyond the copies' budget: Parquet row groups instead of IPC
 # batches, 1.34-1.72 s against 0.12-0.17 s for 3,800 keys of lineitem at scale 10
 PARQUET_SLOWDOWN = 10
-# the recompute-and-overwrite of the 22 queries on 2 cores: 40.1 s at scale 1 (20261130T193020Z),
-# 273.5 s at scale 10 (20261201T025446Z); a line through both: a fixed part (planning, jobs,
+# the recompute-and-overwrite of the 22 queries on 2 cores: 53.2 s at scale 1 (20261202T074540Z),
+# 385.6 s at scale 10 (20261202T062536Z); a line through both: a fixed part (planning, jobs,
 # commits) and a part that grows with the scale and is shared by the cores
-RECOMPUTE_FIXED_SECONDS = 40.1 - (273.5 - 40.1) / 9
-RECOMPUTE_CORE_SECONDS_PER_SCALE = 2 * (273.5 - 40.1) / 9
+RECOMPUTE_FIXED_SECONDS = 53.2 - (385.6 - 53.2) / 9
+RECOMPUTE_CORE_SECONDS_PER_SCALE = 2 * (385.6 - 53.2) / 9
 
 
 def epoch(scale: float, fraction: float, cores: int, driver_rows: int = DRIVER_ROWS,
