@@ -82,19 +82,20 @@ def main(argv=None) -> None:
     from bench.__main__ import LOADED_AT, _engine, _session, _warehouse
     from ops.changes import ChangeGenerator
 
+    if arguments.resume and not (Path(arguments.resume) / "sources" / "lineitem" / "_delta_log").exists():
+        parser.error(f"--resume {arguments.resume}: no TPC-H warehouse there (its sources/lineitem is not a Delta table)")
+
     spark = _session("8g")
     names = [f"tpch_q{q:02d}" for q in arguments.queries]
     if arguments.resume:
         root = str(Path(arguments.resume).resolve())
-        if not (Path(root) / "sources" / "lineitem" / "_delta_log").exists():
-            parser.error(f"--resume {arguments.resume}: no TPC-H warehouse there (its sources/lineitem is not a Delta table)")
     else:
         root = _warehouse(spark, Path(arguments.work), arguments.scale, f"profile-{arguments.scale:g}")
     engine = _engine(spark, root, names, arguments.driver_rows)
     engine.parallelism = 1  # steps on the main thread, where cProfile sees them
     generator = ChangeGenerator(spark, root, seed=11, fraction=arguments.fraction,
                                 writer=arguments.source_writer)
-    done = max(generator.history().last_batch, 0)
+    done = generator.history().last_batch
     if arguments.resume:
         print(f"resuming {root} after batch {done}", flush=True)
     else:
