@@ -47,6 +47,13 @@ SOURCES = ("region", "nation", "supplier", "customer", "part", "partsupp", "orde
 LOADED_AT = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 
+def batch_time(index: int) -> datetime:
+    """When change batch `index` (from 1) is committed: half past its hour, so the epoch of hour
+    `index` (`LOADED_AT` + `index` hours) takes it, and a later run on the same warehouse (the
+    profilers' `--resume`) goes on from the next."""
+    return LOADED_AT + timedelta(hours=index - 1, minutes=30)
+
+
 def _arguments(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="make bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--scales", type=float, nargs="+", default=[0.01, 0.1])
@@ -222,7 +229,7 @@ def _epoch(engine, spark, root: str, generator, index: int, queries: list[str], 
     schedule runs it), the recompute-and-overwrite of every table, and with `extras` a noop epoch,
     an unread-columns epoch and the floor."""
     before = _versions(spark, root)
-    batch = generator.apply_batch(index, LOADED_AT + timedelta(hours=index - 1, minutes=30))
+    batch = generator.apply_batch(index, batch_time(index))
     until = LOADED_AT + timedelta(hours=index)
     floor = _floor(spark, root, before) if extras else None
     floor_driver = _floor_driver(spark, root, before, engine.driver_rows) if extras else None

@@ -34,7 +34,7 @@ def main(argv=None) -> None:
     parser.add_argument("--work", default="/tmp/epochal-bench")
     arguments = parser.parse_args(argv)
 
-    from bench.__main__ import LOADED_AT, _engine, _recompute_seconds, _session, _warehouse
+    from bench.__main__ import LOADED_AT, _engine, _recompute_seconds, _session, _warehouse, batch_time
     from epochal import reasons
     from ops.changes import ChangeGenerator
 
@@ -50,7 +50,7 @@ def main(argv=None) -> None:
     print(f"{'epoch':>5} {'table':<9} {'technique':<11} {'state':<5} {'step s':>7} {'recompute s':>11} {'ratio':>6}  "
           "reason; phases", flush=True)
     for index, generator in enumerate(generators, start=1):
-        generator.apply_batch(index, LOADED_AT + timedelta(hours=index - 1, minutes=30))
+        generator.apply_batch(index, batch_time(index))
         until = LOADED_AT + timedelta(hours=index)
         for name in names:
             [report] = engine.refresh([name], until=until, upstream=False)

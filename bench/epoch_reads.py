@@ -55,7 +55,7 @@ def main(argv=None) -> None:
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--parallelism", type=int, nargs="+", default=[2], help="one per epoch, cycled")
     arguments = parser.parse_args(argv)
-    from bench.__main__ import LOADED_AT, _engine, _session, _warehouse
+    from bench.__main__ import LOADED_AT, _engine, _session, _warehouse, batch_time
     from ops.changes import ChangeGenerator
 
     spark = _session("12g")
@@ -70,7 +70,7 @@ def main(argv=None) -> None:
     logger.setLevel(logging.DEBUG)
     for index in range(1, arguments.epochs + 1):
         engine.parallelism = arguments.parallelism[(index - 1) % len(arguments.parallelism)]
-        generator.apply_batch(index, LOADED_AT + timedelta(hours=index - 1, minutes=30))
+        generator.apply_batch(index, batch_time(index))
         handler.lines.clear()
         began, (python, jvm) = time.perf_counter(), _cpu()
         reports = engine.refresh(queries, until=LOADED_AT + timedelta(hours=index), upstream=False)

@@ -79,7 +79,7 @@ def main(argv=None) -> None:
     if arguments.epochs < 0:
         parser.error("--epochs must be at least 0 (the profiled epochs)")
 
-    from bench.__main__ import LOADED_AT, _engine, _session, _warehouse
+    from bench.__main__ import LOADED_AT, _engine, _session, _warehouse, batch_time
     from ops.changes import ChangeGenerator
 
     if arguments.resume and not (Path(arguments.resume) / "sources" / "lineitem" / "_delta_log").exists():
@@ -104,7 +104,7 @@ def main(argv=None) -> None:
         print(f"first epoch: {time.perf_counter() - began:.1f} s", flush=True)
     profile = cProfile.Profile(time.perf_counter)
     for index in range(done + 1, done + arguments.unprofiled + arguments.epochs + 1):
-        generator.apply_batch(index, LOADED_AT + timedelta(hours=index - 1, minutes=30))
+        generator.apply_batch(index, batch_time(index))
         until = LOADED_AT + timedelta(hours=index)
         profiled = index > done + arguments.unprofiled
         for batch in [names] if arguments.together else [[name] for name in names]:
