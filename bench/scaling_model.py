@@ -43,12 +43,13 @@ PAGE_CACHE_GB = 12.5
 # (20261202T074540Z); at scale 10, where 12.5 of 30 GB do, 12.0 s (20261202T062536Z; 36.0 s on
 # 2026-12-01 before the pages were asked for ahead and the interpreter's switch interval lowered,
 # 20261201T025446Z); the noop epoch 0.3 s
+MEASURED_C = 1_500
 INCREMENTAL_FIXED_SECONDS = 0.3
-WARM_SECONDS_PER_C = (4.9 - INCREMENTAL_FIXED_SECONDS) / 1_500
-SCALE_10_SECONDS = 12.0
+SCALE_1_SECONDS, SCALE_10_SECONDS = 4.9, 12.0
+WARM_SECONDS_PER_C = (SCALE_1_SECONDS - INCREMENTAL_FIXED_SECONDS) / MEASURED_C
 _CACHED_AT_10 = PAGE_CACHE_GB / (COPIES_GB_PER_SCALE * 10)
 # a key read from a copy past the page cache against one in it, solved from the two figures above
-COLD_SLOWDOWN = (((SCALE_10_SECONDS - INCREMENTAL_FIXED_SECONDS) / 1_500 / WARM_SECONDS_PER_C) - _CACHED_AT_10) \
+COLD_SLOWDOWN = (((SCALE_10_SECONDS - INCREMENTAL_FIXED_SECONDS) / MEASURED_C / WARM_SECONDS_PER_C) - _CACHED_AT_10) \
     / (1 - _CACHED_AT_10)
 # keyed reads per changed order key beyond the copies' budget: Parquet row groups instead of IPC
 # batches, 1.34-1.72 s against 0.12-0.17 s for 3,800 keys of lineitem at scale 10
@@ -56,8 +57,9 @@ PARQUET_SLOWDOWN = 10
 # the recompute-and-overwrite of the 22 queries on 2 cores: 53.2 s at scale 1 (20261202T074540Z),
 # 385.6 s at scale 10 (20261202T062536Z); a line through both: a fixed part (planning, jobs,
 # commits) and a part that grows with the scale and is shared by the cores
-RECOMPUTE_FIXED_SECONDS = 53.2 - (385.6 - 53.2) / 9
-RECOMPUTE_CORE_SECONDS_PER_SCALE = 2 * (385.6 - 53.2) / 9
+RECOMPUTE_SCALE_1_SECONDS, RECOMPUTE_SCALE_10_SECONDS = 53.2, 385.6
+RECOMPUTE_FIXED_SECONDS = RECOMPUTE_SCALE_1_SECONDS - (RECOMPUTE_SCALE_10_SECONDS - RECOMPUTE_SCALE_1_SECONDS) / 9
+RECOMPUTE_CORE_SECONDS_PER_SCALE = 2 * (RECOMPUTE_SCALE_10_SECONDS - RECOMPUTE_SCALE_1_SECONDS) / 9
 
 
 def epoch(scale: float, fraction: float, cores: int, driver_rows: int = DRIVER_ROWS,
