@@ -57,6 +57,10 @@ def main(argv=None) -> None:
             recompute = _recompute_seconds(engine, name, root)
             kept = (report.detail or {}).get("state") != reasons.STATE_NOT_KEPT
             phases = ", ".join(f"{k} {v:.2f}" for k, v in (report.detail.get("phases") or {}).items())
+            estimate = report.detail.get("estimate")
+            if estimate:
+                phases += (f"; estimate {estimate['incremental']:.1f} s incremental for {estimate['rows']} rows "
+                           f"against {estimate['rescan']:.1f} s rescan{' (unread)' if estimate.get('unread') else ''}")
             print(f"{index:>5} {name:<9} {report.technique:<11} {'kept' if kept else 'not':<5} {report.seconds:>7.2f} "
                   f"{recompute:>11.2f} {report.seconds / recompute:>6.2f}  {(report.reason or '')[:60]}; {phases}",
                   flush=True)

@@ -106,3 +106,39 @@ def test_a_table_whose_step_costs_its_first_run_output_is_not_tried():
     first = step("rescan", 1.933, reason="FIRST_RUN")
     first.detail["phases"]["write state"] = 0.88
     assert not cost.estimate([first, step("incremental", 0.943, 40)], 40).favours_rescan
+
+
+def read(technique: str, seconds: float, logged: int, rows: int, unread: bool = False) -> Step:
+    """A step that recorded its inputs' logged rows: incremental, having read `rows`, or a rescan
+    whose estimate was made on `rows` (read first, or expected, `unread`)."""
+    made = step(technique, seconds, rows if technique == "incremental" else 0,
+                reason="" if technique == "incremental" else "COST: estimated")
+    made.detail["logged_rows"] = logged
+    if technique == "rescan":
+        made.detail["estimate"] = {"rows": rows, **({"unread": True} if unread else {})}
+    return made
+
+
+def test_shares_count_steps_that_read_their_change_before_rescanning_and_not_those_unread():
+    history = [step("rescan", 5.0, reason="FIRST_RUN"), read("incremental", 0.1, 100, 110),
+               read("rescan", 4.0, 1000, 1200), read("rescan", 3.0, 1000, 1100, unread=True)]
+    assert cost.shares(history) == [1.1, 1.2]
+    assert cost.expected_rows(history, 2000) == 2300
+
+
+def test_the_margin_before_reading_is_the_shares_spread_and_early_until_two_tell_it():
+    one = [step("rescan", 5.0, reason="FIRST_RUN"), read("incremental", 0.1, 100, 100)]
+    assert cost.unread_margin(one) == cost.EARLY
+    steady = one + [read("rescan", 4.0, 1000, 1000)]
+    assert cost.unread_margin(steady) == pytest.approx(cost.MARGIN)
+    varied = one + [read("incremental", 0.1, 100, 300), read("incremental", 0.1, 100, 200)]
+    assert cost.unread_margin(varied) == pytest.approx(cost.MARGIN * 2.0)  # median 2 over the least, 1
+    wild = one + [read("incremental", 0.1, 100, 1000), read("incremental", 0.1, 100, 900)]
+    assert cost.unread_margin(wild) == cost.EARLY  # 9x spread: capped
+    consolidated = one + [read("incremental", 0.1, 100, 0)]
+    assert cost.unread_margin(consolidated) == cost.EARLY
+    # 1,000 logged rows expected to bring 1,000: 1 s scaled by 10 against a first run's 5 s / 1.4
+    estimate = cost.estimate(steady, cost.expected_rows(steady, 10_000))
+    assert estimate.incremental > cost.MARGIN * estimate.rescan and estimate.incremental < cost.EARLY * estimate.rescan
+    assert cost.favours_rescan_unread(estimate, cost.unread_margin(steady))
+    assert not cost.favours_rescan_unread(estimate, cost.unread_margin(one))

@@ -36,13 +36,19 @@ Before reading: a large change costs its step a read of the change batches (Spar
 `driver_rows`) that a rescan then does not use; at a tenth of TPC-H's orders changed, that read
 was a third of each rescan for cost (`python -m bench.cost_rescans 1`). So the step first weighs
 the rows its inputs' commits logged (their metrics: rows inserted, updated and deleted, `logged`),
-times the share of logged rows that reached the plan in its recent incremental steps
-(`expected_rows`: updates of columns a table does not read, and rows its filters drop, do not). A
-rescan is chosen then, unread, only when the incremental estimate exceeds the rescan's by EARLY,
-far past MARGIN, for the share is the past's; anything closer is weighed again once the change
-is read. A table whose large changes stop reaching its plan (they update a column it does not
-read, say) rescans for cost on its past share until EXPLORE_AFTER of them, then reads the change
-once more (the exploring step), which measures the share anew.
+times the share of logged rows that reached the plan in its recent steps that read their change
+(`shares`, `expected_rows`: updates of columns a table does not read, and rows its filters drop,
+do not). A rescan is chosen then, unread, when the incremental estimate exceeds the rescan's by
+MARGIN times the recent shares' spread (`unread_margin`: the median share over the smallest), so
+that the decision after reading would have been the same unless this change's share falls below
+every recent one. Fewer than two shares, or one of 0, say nothing of the spread: the estimate
+must then exceed the rescan's by EARLY, far past MARGIN; anything closer is weighed again once
+the change is read. A step that read its change and then rescanned for cost is a share too (its
+estimate holds the rows it read): without it, a table whose large changes all rescan would keep
+the one share of its last small change, and read each large one first. A table whose large
+changes stop reaching its plan (they update a column it does not read, say) rescans for cost on
+its past share until EXPLORE_AFTER of them, then reads the change once more (the exploring step),
+which measures the share anew.
 """
 
 from __future__ import annotations
@@ -121,21 +127,45 @@ def estimate(history: list, rows: int) -> Estimate | None:
     return Estimate(statistics.median(scaled), rescan, len(incremental), len(rescans), rows, bool(for_cost))
 
 
+def shares(history: list) -> list[float]:
+    """The share of its inputs' logged rows that reached the plan (rows read over rows logged) in
+    each of the last INCREMENTAL_SEEN steps that read their change and recorded both: incremental
+    steps (a change that consolidated away counts, at a share of 0) and steps that read it before
+    a rescan (their estimate's rows)."""
+    found = []
+    for s in history:
+        detail = s.detail or {}
+        logged, estimate = detail.get("logged_rows"), detail.get("estimate") or {}
+        if not logged or "phases" not in detail:
+            continue
+        if s.technique == "incremental":
+            found.append(s.rows_read / logged)
+        elif s.technique == "rescan" and "rows" in estimate and not estimate.get("unread"):
+            found.append(estimate["rows"] / logged)
+    return found[-INCREMENTAL_SEEN:]
+
+
 def expected_rows(history: list, logged: int) -> int | None:
     """The change rows a step whose inputs' commits logged `logged` rows is expected to read:
-    `logged` times the median share that reached the plan (rows read over rows logged) in the
-    last INCREMENTAL_SEEN incremental steps that recorded both (a change that consolidated away
-    counts, at a share of 0); None before any did."""
-    shares = [s.rows_read / s.detail["logged_rows"] for s in history
-              if s.technique == "incremental" and (s.detail or {}).get("logged_rows")
-              and "phases" in s.detail][-INCREMENTAL_SEEN:]
-    return round(logged * statistics.median(shares)) if shares else None
+    `logged` times the median of the recent `shares`; None before any."""
+    recent = shares(history)
+    return round(logged * statistics.median(recent)) if recent else None
 
 
-def favours_rescan_unread(estimate: Estimate | None) -> bool:
-    """Whether `estimate`, made on the expected rows before the change is read, is far enough past
-    MARGIN (EARLY) to rescan without reading it."""
-    return estimate is not None and estimate.incremental > EARLY * estimate.rescan
+def unread_margin(history: list) -> float:
+    """How far an estimate made before reading must exceed the rescan's for the step to rescan
+    unread: MARGIN times the median recent share over the smallest, at most EARLY; EARLY when
+    fewer than two shares, or one of 0, tell the spread."""
+    recent = shares(history)
+    if len(recent) < 2 or min(recent) <= 0:
+        return EARLY
+    return min(EARLY, MARGIN * statistics.median(recent) / min(recent))
+
+
+def favours_rescan_unread(estimate: Estimate | None, margin: float = EARLY) -> bool:
+    """Whether `estimate`, made on the expected rows before the change is read, exceeds the
+    rescan's by `margin` (`unread_margin`), enough to rescan without reading the change."""
+    return estimate is not None and estimate.incremental > margin * estimate.rescan
 
 
 def _rescan_seconds(step, keeps_state: bool) -> float:

@@ -443,12 +443,15 @@ def _weigh_unread(env: Environment, table, step: Step, history: list[Step], inpu
     step.detail["logged_rows"] = logged
     expected = cost.expected_rows(history, logged)
     estimate = cost.estimate(history, expected) if expected is not None else None
-    if cost.favours_rescan_unread(estimate):
+    margin = cost.unread_margin(history)
+    if cost.favours_rescan_unread(estimate, margin):
         raise reasons.Costly(
             reasons.Trigger(reasons.COST, f"not read: the inputs' commits logged {logged} changed rows, {expected} "
-                                          f"expected to reach the plan (the share of its recent steps); "
+                                          f"expected to reach the plan (the share of its recent steps, past "
+                                          f"the estimates' margin of {margin:.2f} before reading); "
                                           + estimate.describe()),
-            {"estimate": {**estimate.as_dict(), "logged_rows": logged, "unread": True}},
+            {"estimate": {**estimate.as_dict(), "logged_rows": logged, "unread": True,
+                          "unread_margin": round(margin, 3)}},
             keep_state=estimate.tries_rescan)
 
 
