@@ -45,6 +45,7 @@ from .keyed.keyed_files import KeyedFiles
 from .keyed.local_copies import LocalCopies
 from .keyed.shared_reads import SharedReads
 from .keyed.upkeep import Upkeep
+from .memory import FreedMemory
 from .planning.compile import Compiled, compile_definition, parse, referenced_tables
 from .planning.keys import output_key
 from .planning.optimize import passes_named
@@ -158,6 +159,7 @@ class Engine:
         self.upkeep = upkeep
         self.switch_interval = switch_interval
         self.run_id = uuid.uuid4().hex
+        self.freed_memory = FreedMemory()
         self.remap = Remap(self.warehouse.engine_path("remap"), storage_options, self.run_id)
         self.sources: dict[str, Source] = {}
         self._tables: dict[str, Table] = {}
@@ -380,6 +382,7 @@ class Engine:
             return reports
         finally:
             reads.clear()
+            self.freed_memory.after_refresh()
 
     def _hydrating(self, reports: list[Report]) -> dict[tuple[str, str], int]:
         """Per (input path, key) that the incremental steps of a table computed in full by this
