@@ -14,16 +14,9 @@ from __future__ import annotations
 
 import argparse
 import gc
-import os
 import time
 from datetime import timedelta
 from pathlib import Path
-
-
-def resident_gigabytes() -> float:
-    with open(f"/proc/{os.getpid()}/status") as status:
-        line = next(l for l in status if l.startswith("VmRSS:"))
-    return int(line.split()[1]) / (1 << 20)
 
 
 def main(argv=None) -> None:
@@ -38,7 +31,7 @@ def main(argv=None) -> None:
 
     import epochal.memory
     from bench.__main__ import LOADED_AT, _engine, _session, _warehouse, batch_time
-    from epochal.memory import give_back_freed_memory
+    from epochal.memory import give_back_freed_memory, resident_bytes
     from ops.changes import ChangeGenerator
 
     epochal.memory.give_back_freed_memory = lambda: None
@@ -54,13 +47,13 @@ def main(argv=None) -> None:
         began = time.perf_counter()
         engine.refresh(until=LOADED_AT + timedelta(hours=index, minutes=15 if not index else 0))
         seconds = time.perf_counter() - began
-        left = resident_gigabytes()
+        left = resident_bytes() / (1 << 30)
         began = time.perf_counter()
         gc.collect()
         collect = time.perf_counter() - began
         give_back_freed_memory()
         call = time.perf_counter() - began
-        after = resident_gigabytes()
+        after = resident_bytes() / (1 << 30)
         print(f"{'first' if not index else index:<8} {seconds:>9.1f} {left:>8.2f} {left - after:>14.2f} {after:>9.2f} "
               f"{call:>7.2f} {collect:>10.2f}", flush=True)
 

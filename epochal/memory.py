@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import gc
 import os
 import sys
@@ -58,6 +59,7 @@ class FreedMemory:
         return True
 
 
+@functools.cache
 def _malloc_trim():
     if not sys.platform.startswith("linux"):
         return None
