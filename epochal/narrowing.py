@@ -20,6 +20,7 @@ exact. Affected-key recomputes (rules/keyed.py) read their inputs the same way.
 
 from __future__ import annotations
 
+import logging
 import math
 from datetime import date, datetime
 from decimal import Decimal
@@ -51,8 +52,12 @@ from .arrow_rows import column_first_values, exact_rows, held_rows, key_kind, ke
 from .changes import quoted
 from .graph import WEIGHT, Filter, Join, Node, SemiJoin, columns_in, conjuncts, join_order, single_row, walk
 
+log = logging.getLogger("epochal")
+
 MAX_RANGES = 32  # ranges in one filter: each is tested against every file's statistics
 MAX_KEYS = 200_000  # distinct values collected to the driver; beyond, one range [min, max]
+OUTSIZED = 10  # a join's read expected to take this many times another's rows waits for it
+SMALL_READ = 1_000  # rows a read takes at no cost worth reordering for
 
 
 def comparable(a: DataType, b: DataType) -> bool:
@@ -157,6 +162,15 @@ def restricted_snapshot(ctx, node: Node, side: str, column: str, keys) -> DataFr
     return ctx.rule_for(node).held_snapshot(node, ctx, side, column, keys)
 
 
+def expected_rows(ctx, node: Node, side: str, column: str, keys: tuple[tuple, bool]) -> float | None:
+    """About how many rows restricted_snapshot would read for `keys` ((values, nulls)), told
+    before reading (an arrangement's local copies' block bounds); None where no operator below
+    can tell."""
+    if ctx.reads is None:
+        return None
+    return ctx.rule_for(node).expected_rows(node, ctx, side, column, keys)
+
+
 def distinct_values(frame: DataFrame, column: str, rows=None) -> tuple[tuple, bool] | None:
     """`column`'s distinct non-NULL values in `frame`, sorted, and whether it holds NULL (one
     small job, or none with `rows`, Arrow rows holding every row of `frame`: then a superset);
@@ -175,6 +189,38 @@ def matching_keys(ctx, frame: DataFrame, column: str, nulls: bool, rows=None) ->
     correlation matches them)."""
     found = distinct_values(frame, column, rows if rows is not None else held_rows(frame))
     return None if found is None else (found[0], nulls)
+
+
+def outsized_reads(ctx, node: Join, reads: list[tuple[int, str, tuple[tuple, bool] | None]],
+                   sides: dict[int, str]) -> list[bool]:
+    """Which of the reads a join's reduction could make now ((input, its column, the keys to read
+    it for), in the join's order) are expected (`expected_rows`) to take more than OUTSIZED
+    times the rows of the smallest read known, and at least OUTSIZED x SMALL_READ rows: those
+    wait, so the read made first narrows the keys of the others. A read no estimate tells of
+    neither waits nor makes others wait, so the join's order stands where nothing is known. TPC-H
+    Q5's supplier change read every customer of its suppliers' nations (1.5 million at scale 10,
+    25 keys) before the line items of its suppliers (60,000), which reach the customers that
+    join by c_custkey (a few thousand)."""
+    if len(reads) < 2:
+        return [False] * len(reads)
+    estimates = [expected_rows(ctx, node.parts[index], sides[index], column, keys) if keys is not None else None
+                 for index, column, keys in reads]
+    known = [e for e in estimates if e is not None]
+    if not known:
+        return [False] * len(reads)
+    bound = OUTSIZED * max(min(known), SMALL_READ)
+    outsized = [e is not None and e > bound for e in estimates]
+    if any(outsized):
+        log.debug("join reads waiting for smaller ones: %s", ", ".join(
+            f"{node.parts[index].describe()} by {column}: about {e:.0f} rows"
+            for (index, column, _), e, late in zip(reads, estimates, outsized) if late))
+    return outsized
+
+
+def _keys_held(rows, column: str) -> tuple[tuple, bool] | None:
+    """The values of `column` in Arrow `rows` to read a partner for, or None (not held, or too many)."""
+    found = values_on_driver(rows, column) if rows is not None else None
+    return None if found is None or len(found[0]) > MAX_KEYS else (tuple(found[0]), False)
 
 
 def semi_joined(rows, a: str, partner, b: str):
@@ -309,7 +355,9 @@ def narrow_partners(ctx, node: Join, start: int, frames: dict[int, DataFrame], s
     j is read on the driver for those of the batch's rows that still have a partner. Then hop by
     hop, in the join's order from `start`: each input not read yet, for the values its equality
     conjuncts can match in an input read so far (again while a pass reads one: a read refused for
-    too many rows through one partner may succeed through another read later). `held_only`: hop
+    too many rows through one partner may succeed through another read later). A read expected
+    to take far more rows than another one possible at that point waits for it
+    (`outsized_reads`). `held_only`: hop
     only from inputs whose rows are on the driver (no Spark job to collect their values). Each read
     narrows the Arrow rows of the input its keys came from to those it matches (`semi_joined`).
     What cannot be read for keys is read whole; a marked partner read whole by Spark is filtered
@@ -339,7 +387,14 @@ def narrow_partners(ctx, node: Join, start: int, frames: dict[int, DataFrame], s
         keys = ctx.memo(node.parts[start], "restrict_keys:" + ",".join(columns),
                         lambda: batch_keys(change, columns, held_rows(change)))
     held = held_rows(change)
-    for a, j, b in sorted(marked, key=lambda pair: not _filters(node.parts[pair[1]])):
+    marked = sorted(marked, key=lambda pair: not _filters(node.parts[pair[1]]))
+    if held is not None:  # a read expected far larger than another is left to the hops
+        late = outsized_reads(ctx, node, [(j, b, (tuple(keys[a]), False) if isinstance(keys[a], list) else None)
+                                          for a, j, b in marked], sides)
+        early = [pair for pair, wait in zip(marked, late) if not wait]
+    else:
+        early = marked
+    for a, j, b in early:
         if j in frames or not isinstance(keys[a], list):  # a (min, max) range: too many keys to read for
             continue
         values = tuple(keys[a])
@@ -405,20 +460,18 @@ def narrow_partners(ctx, node: Join, start: int, frames: dict[int, DataFrame], s
     order = sorted((index for index, _ in join_order(node, start) if index >= 0 and index not in frames),
                    key=lambda index: not _filters(node.parts[index]))
     tried: set[tuple] = set()
-    progress = True
-    while progress:
-        progress = False
-        for index in [i for i in order if i not in frames]:
-            for p, x, y in hops(index, reduced):
-                if (index, p, x, y) in tried:
-                    continue
-                tried.add((index, p, x, y))
-                if read(index, y, lambda p=p, x=x: matching_keys(ctx, frames[p], x, False, rows(p)), p, x):
-                    reduced.add(index)
-                    progress = True
-                    break
-        if not progress:
-            progress = take_held_whole()
+    while True:
+        candidates = [(index, *hop) for index in order if index not in frames
+                      for hop in hops(index, reduced) if (index, *hop) not in tried]
+        if not candidates:
+            if take_held_whole():
+                continue
+            break
+        late = outsized_reads(ctx, node, [(index, y, _keys_held(rows(p), x)) for index, p, x, y in candidates], sides)
+        index, p, x, y = next(c for c, wait in zip(candidates, late) if not wait)
+        tried.add((index, p, x, y))
+        if read(index, y, lambda p=p, x=x: matching_keys(ctx, frames[p], x, False, rows(p)), p, x):
+            reduced.add(index)
     for index in order:
         if index not in frames:
             frames[index] = ctx.snapshot(node.parts[index], sides[index])  # whole: no reduction to pass on

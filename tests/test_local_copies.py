@@ -23,7 +23,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from epochal.keyed.file_pruning import as_integers
+from epochal.keyed.file_pruning import as_integers, expected_rows_in_row_groups
 from epochal.keyed.local_copies import LocalCopies, MappedCopy, absent_pages
 
 KEYS = st.lists(st.one_of(st.none(), st.integers(-40, 40)), min_size=1, max_size=300)
@@ -92,6 +92,33 @@ def test_rows_are_certain_where_a_batch_holds_one_wanted_key_only(tmp_path):
     assert copies.certain_rows(path, fragment, "k", np.array([5], np.int64)) == 96
     assert copies.certain_rows(path, fragment, "k", np.array([5, 7], np.int64)) == 96 + 80
     assert copies.certain_rows(path, fragment, "k", np.array([6], np.int64)) == 0
+
+
+def test_a_reads_expected_rows_are_exact_for_shared_keys_and_near_for_dense_ones(tmp_path):
+    """Told from the bounds alone, before any row is read (narrowing.outsized_reads): keys many
+    rows share (a nation's customers) exactly, dense unique keys exactly, sparse ones low by their
+    sparsity; a file with no copy tells nothing until one is made, and its row groups' statistics
+    tell the same."""
+    shared = [k for k in range(5) for _ in range(300)]
+    (tmp_path / "shared").mkdir()
+    path, fragment, _ = _file(str(tmp_path / "shared"), shared, date=False)
+    copies = LocalCopies(str(tmp_path / "copies"), batch_rows=64)
+    wanted = np.array([1, 3], np.int64)
+    assert copies.expected_rows(path, "k", wanted) is None  # no copy yet, and none made for it
+    assert not [f for f in (tmp_path / "copies").rglob("*") if f.is_file()]
+    copies.make(path, fragment, "k")
+    assert copies.expected_rows(path, "k", wanted) == pytest.approx(600, rel=0.1)
+    assert expected_rows_in_row_groups(fragment, "K", wanted) == pytest.approx(600, rel=0.1)
+    (tmp_path / "dense").mkdir()
+    path, fragment, _ = _file(str(tmp_path / "dense"), list(range(4000)), date=False)
+    copies.make(path, fragment, "k")
+    wanted = np.array([7, 500, 501, 3999], np.int64)
+    assert copies.expected_rows(path, "k", wanted) == pytest.approx(4)
+    (tmp_path / "sparse").mkdir()
+    path, fragment, _ = _file(str(tmp_path / "sparse"), list(range(0, 16000, 4)), date=False)
+    copies.make(path, fragment, "k")
+    assert 0 < copies.expected_rows(path, "k", np.array([8, 4000, 12000], np.int64)) <= 3
+    assert copies.expected_rows(path, "k", np.array([16001], np.int64)) == 0
 
 
 def test_a_damaged_copy_is_dropped_and_made_again(tmp_path, caplog):

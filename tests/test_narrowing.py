@@ -5,8 +5,10 @@ values misses rows (Python's sort is undefined around NaN, which Spark orders ab
 
 from __future__ import annotations
 
+import logging
 import math
 import os
+import re
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -17,7 +19,7 @@ from pyspark.sql import functions as F
 from epochal import Engine
 from epochal.narrowing import MAX_RANGES, distinct_values, exactly_ordered, ranges_filter
 from tests.conformance import bag, stored
-from tests.support import SyntheticSource
+from tests.support import SyntheticSource, assert_matches_recompute
 
 FLOATS = st.sampled_from([math.nan, -0.0, 0.0, math.inf, -math.inf]) | st.integers(-10_000, 10_000).map(lambda n: n / 4)
 SETTINGS = settings(max_examples=int(os.environ.get("EPOCHAL_EXAMPLES", "3")), deadline=None,
@@ -78,3 +80,32 @@ def test_a_span_is_read_only_where_spark_compares_the_two_types_exactly(spark, a
                 ("bigint", "decimal(38,0)"): True, ("bigint", "decimal(38,20)"): False, ("date", "date"): True,
                 ("double", "float"): False, ("string", "int"): False}[(a, b)]
     assert ordered == expected, plan
+
+
+def test_a_join_read_expected_far_larger_than_another_waits_for_it(spark, warehouse, caplog):
+    """TPC-H Q5's shape: a supplier's change joins customers by nation (every customer of the
+    nation) and line items by supplier (a few). With both arranged, the estimate from the
+    arrangements' bounds makes the nation's read wait: the line items are read first, and the
+    customers by c_custkey for those line items only. The table equals its recompute."""
+    root = f"{warehouse}/outsized"
+    s = SyntheticSource(spark, f"{root}/sources/s", "sk int, snk int", [(i, i % 2) for i in range(20)])
+    SyntheticSource(spark, f"{root}/sources/c", "ck int, cnk int", [(i, i % 2) for i in range(20_000)])
+    SyntheticSource(spark, f"{root}/sources/l", "lk int, lsk int, lck int, v int",
+                    [(i, i % 20, (i * 7) % 20_000, i) for i in range(2_000)])
+    engine = Engine(spark, root, cost_model=False, arrange_rows=0, driver_rows=5_000)  # c is not read whole
+    for name in ("s", "c", "l"):
+        engine.source(name)
+    engine.define_all({"per_nation": "SELECT snk, count(*) AS n, sum(v) AS v FROM s, l, c "
+                                     "WHERE l.lsk = s.sk AND l.lck = c.ck AND c.cnk = s.snk GROUP BY snk"})
+    engine.refresh()
+    for epoch in range(2):
+        s.update(f"sk = {epoch}", {"snk": "1 - snk"})
+        with caplog.at_level(logging.DEBUG, logger="epochal"):
+            caplog.clear()
+            reports = engine.refresh()
+        assert {r.technique for r in reports} == {"incremental"}, reports
+        assert_matches_recompute(engine, context=f"epoch {epoch + 1}")
+        log = caplog.text
+        assert "join reads waiting for smaller ones" in log and "by cnk" in log, log
+        assert not re.search(r"sources/c version \d+ for \d+ values of cnk", log), log
+        assert re.search(r"sources/c version \d+ for \d+ values of ck on the driver from its arrangement", log), log

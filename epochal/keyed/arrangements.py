@@ -329,6 +329,26 @@ class Arrangements:
             return None
         return found[-1]
 
+    def expected_rows(self, source: str, version: int, key: str, values: pa.Array, columns: list[str]) -> float | None:
+        """About how many rows a `read` of `values` would find, from the arrangement's local
+        copies' block bounds (KeyedFiles.expected_rows), reading no row and making no copy; None
+        where no arrangement serves the version or its files have no copies yet. The change feed
+        since the arrangement's commit is left out: one epoch's change, small beside a read worth
+        estimating."""
+        commit = self.serving(source, key, version, columns)
+        if commit is None:
+            return None
+        try:
+            table = opened(self.path(source, key), self.storage_options, commit.version)
+            dataset = dataset_of(table)
+            names = {n.lower(): n for n in dataset.schema.names}
+            field = names[key.lower()]
+            values = values.cast(dataset.schema.field(field).type)
+            holding = files_holding(table, dataset, field, values, False, row_groups=False)
+            return self.files.expected_rows(self.path(source, key), holding, values, field)
+        except (DeltaError, OSError, KeyError, ValueError, pa.ArrowException):
+            return None
+
     def read(self, source: str, version: int, key: str, values: pa.Array, nulls: bool, columns: list[str],
              changes, limit: int | None = None) -> pa.Table | None:
         """The input's rows as of `version` whose `key` is one of `values` (or NULL, with `nulls`),

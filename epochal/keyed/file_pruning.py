@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from ..arrow_rows import key_kind
-from .local_copies import integers_and_nulls, ranges_holding
+from .local_copies import expected_rows, integers_and_nulls, ranges_holding
 
 
 def _admits(keys: list, smallest, largest) -> bool:
@@ -114,6 +114,17 @@ def row_groups_holding(fragment, column: str, keys: np.ndarray, nulls: bool, siz
     if not len(chosen):
         return None
     return fragment if len(chosen) == len(lows) else fragment.subset(row_group_ids=chosen.tolist())
+
+
+def expected_rows_in_row_groups(fragment, column: str, keys: np.ndarray, size=None) -> float | None:
+    """local_copies.expected_rows over the file's row groups' statistics of `column` (a file
+    with no local copy yet: an arrangement's append of this epoch); None where it has none."""
+    found = FILE_BOUNDS.get(fragment, size, column)
+    if found is None:
+        return None
+    fragment, lows, highs, _ = found
+    counts = np.array([fragment.metadata.row_group(i).num_rows for i in range(len(lows))], dtype=np.int64)
+    return expected_rows(keys, lows, highs, counts)
 
 
 def files_holding(table, dataset, column: str, values: pa.Array, nulls: bool, row_groups: bool = True):

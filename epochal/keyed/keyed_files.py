@@ -19,7 +19,7 @@ import pyarrow.dataset as ds
 from deltalake import DeltaTable
 
 from ..arrow_rows import key_kind
-from .file_pruning import as_integers, row_groups_holding
+from .file_pruning import as_integers, expected_rows_in_row_groups, row_groups_holding
 from .local_copies import LocalCopies
 
 log = logging.getLogger("epochal")
@@ -58,6 +58,28 @@ class KeyedFiles:
         """Whether reads by a key of `key_type` go through local copies: an integer or date key,
         copies on (their batch bounds are exact for such keys only)."""
         return self.copies is not None and key_kind(key_type) in ("integer", "date")
+
+    def expected_rows(self, path: str, holding, values: pa.Array, field: str) -> float | None:
+        """About how many of `holding`'s rows (files of the table at `path`) have `field` in
+        `values`, from the local copies' block bounds (local_copies.expected_rows) without reading
+        a row, or a file without a copy from its row groups' statistics; None where a file has
+        neither or the key is not an integer or a date."""
+        if key_kind(values.type) not in ("integer", "date"):
+            return None
+        integers = np.sort(as_integers(values))
+        total = 0.0
+        try:
+            for fragment in holding.get_fragments():
+                found = self.copies.expected_rows(f"{path}/{fragment.path}", field, integers) \
+                    if self.copies is not None else None
+                if found is None:
+                    found = expected_rows_in_row_groups(fragment, field, integers)
+                if found is None:
+                    return None
+                total += found
+        except (AttributeError, OSError, ValueError, pa.ArrowException):
+            return None
+        return total
 
     def rows_of(self, path: str, holding, selected: list[str], field: str, values: pa.Array, nulls: bool,
                 condition, at_most: int | None = None) -> tuple[pa.Table | None, int, int]:

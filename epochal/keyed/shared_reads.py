@@ -328,6 +328,34 @@ class SharedReads:
         except (pa.ArrowException, ValueError):
             return None
 
+    def expected_key_rows(self, path: str, version: int, field: str, keys: tuple, nulls: bool) -> float | None:
+        """About how many rows a read of `keys` would take out of storage, before it is made (a
+        join's reads choose their order by it, narrowing.narrow_partners): none where the refresh
+        holds them already (the version whole, or every key read before), else the arrangement's
+        estimate (Arrangements.expected_rows) for the keys not held; None where neither tells."""
+        if self._reads.get(("version", path, version)) is not None or \
+                self._reads.get(("read columns", path, version)) is not None:
+            return 0.0
+        held = self._reads.get(("restricted", path, version, field))
+        missing = [k for k in keys if k not in held[0]] if held is not None else list(keys)
+        if not missing and (not nulls or (held is not None and held[1])):
+            return 0.0
+        if self.arrangements is None or path not in self.columns or not missing:
+            return None
+        try:
+            table = self.table_at(path, version)
+            if not delta_rs_reads_alike(table):
+                return None
+            schema = pa.schema(table.schema().to_arrow())
+            columns = self._read_columns(path, schema.names, field)
+            target = schema.field(columns[[c.lower() for c in columns].index(field.lower())])
+            values = self._key_array(tuple(sorted(missing)), target.type)
+        except (DeltaError, OSError, ValueError, TypeError, pa.ArrowException):
+            return None
+        if values is None:
+            return None
+        return self.arrangements.expected_rows(path, version, field, values, columns)
+
     def is_arranged(self, path: str, field: str, version: int) -> bool:
         """Whether an arrangement serves reads of `path` by `field` as of `version`."""
         if self.arrangements is None or path not in self.columns:

@@ -45,6 +45,11 @@ class Rule:
         on the driver (narrowing.restricted_snapshot); None where the operator cannot."""
         return None
 
+    def expected_rows(self, node: Node, ctx, side: str, column: str, keys: tuple[tuple, bool]) -> float | None:
+        """About how many rows `held_snapshot` would read for the keys, before reading them
+        (narrowing.expected_rows); None where the operator cannot tell."""
+        return None
+
     def held_range(self, node: Node, ctx, side: str, column: str, low, high) -> DataFrame | None:
         """`node` as of `side`, holding at least its rows whose `column` lies in [low, high],
         read on the driver (narrowing.scalar_spans); None where the operator cannot."""

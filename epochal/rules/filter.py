@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..graph import Filter
-from ..narrowing import restricted_snapshot
+from ..narrowing import expected_rows, restricted_snapshot
 from .base import Rule, expr, held_through
 
 
@@ -22,3 +22,6 @@ class FilterRule(Rule):
     def held_snapshot(self, node: Filter, ctx, side, column, keys):
         below = restricted_snapshot(ctx, node.input, side, column, keys)
         return None if below is None else held_through(ctx, lambda frame: frame.filter(expr(node.predicate)), below, node)
+
+    def expected_rows(self, node: Filter, ctx, side, column, keys):
+        return expected_rows(ctx, node.input, side, column, keys)

@@ -11,7 +11,7 @@ from sqlglot import exp
 from ..arrow_rows import computed_rows, hold
 from ..changes import consolidate, consolidate_rows, rows_up_to
 from ..graph import WEIGHT, Filter, Join, Project, columns_in, single_row
-from ..narrowing import mark_dropped_scalars, restricted_snapshot
+from ..narrowing import expected_rows, mark_dropped_scalars, restricted_snapshot
 from .base import Rule, expr, held_through
 
 
@@ -70,6 +70,10 @@ class ProjectRule(Rule):
     def snapshot(self, node: Project, ctx, side):
         below = ctx.snapshot(node.input, side)
         return held_through(ctx, lambda frame: frame.select(*self.output_columns(node)), below, node)
+
+    def expected_rows(self, node: Project, ctx, side, column, keys):
+        expression = dict(zip(node.columns, node.exprs)).get(column)
+        return expected_rows(ctx, node.input, side, expression.name, keys) if isinstance(expression, exp.Column) else None
 
     def held_snapshot(self, node: Project, ctx, side, column, keys):
         """The input's rows for the keys, where `column` is an input column passed through."""

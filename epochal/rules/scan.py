@@ -103,6 +103,17 @@ class ScanRule(Rule):
 
         return self._held_part(node, ctx, side, column, KEY_TYPES, read)
 
+    def expected_rows(self, node: Scan, ctx, side, column, keys):
+        """SharedReads.expected_key_rows for the version `held_snapshot` would read."""
+        if column not in node.columns or keys is None or len(keys[0]) > MAX_KEYS:
+            return None
+        source = ctx.inputs[node.table]
+        version = source.version(side if ctx.changed(node) else NEW)
+        if version < 0:
+            return None
+        field = node.fields[node.columns.index(column)]
+        return ctx.reads.expected_key_rows(source.path, version, field, keys[0], keys[1])
+
     def held_range(self, node: Scan, ctx, side, column, low, high):
         """The version's rows whose `column` lies in [low, high], read on the driver once per
         refresh (SharedReads.range_frame_and_rows), through `held_read`; None for a column not an
