@@ -306,18 +306,10 @@ class SharedReads:
         None where none serves this version and these columns."""
         if self.arrangements is None or path not in self.columns or not (keys or nulls):
             return None
-        try:
-            table = self.table_at(path, version)
-            if not delta_rs_reads_alike(table):
-                return None
-            schema = pa.schema(table.schema().to_arrow())
-        except (DeltaError, OSError, ValueError, pa.ArrowException):
+        arranged = self._arranged_keys(path, version, field, keys)
+        if arranged is None:
             return None
-        columns = self._read_columns(path, schema.names, field)
-        target = schema.field(columns[[c.lower() for c in columns].index(field.lower())])
-        values = self._key_array(keys, target.type)
-        if values is None:
-            return None
+        schema, columns, values = arranged
         found = self.arrangements.read(path, version, field, values, nulls, columns,
                                        lambda before, after: self.keyed_change_rows(path, before, after),
                                        self.key_rows)
@@ -343,18 +335,27 @@ class SharedReads:
         if self.arrangements is None or path not in self.columns or not missing:
             return None
         try:
+            arranged = self._arranged_keys(path, version, field, tuple(sorted(missing)))
+        except (TypeError, pa.ArrowException):  # values of unlike types, or not of the column's
+            return None
+        return None if arranged is None else self.arrangements.expected_rows(path, version, field, arranged[2],
+                                                                             arranged[1])
+
+    def _arranged_keys(self, path: str, version: int, field: str, keys: tuple):
+        """The version's Arrow schema, the columns read of it, and `keys` as an array of `field`'s
+        type; None where delta-rs does not read the version as Spark does, or the keys' type is
+        not the column's."""
+        try:
             table = self.table_at(path, version)
             if not delta_rs_reads_alike(table):
                 return None
             schema = pa.schema(table.schema().to_arrow())
-            columns = self._read_columns(path, schema.names, field)
-            target = schema.field(columns[[c.lower() for c in columns].index(field.lower())])
-            values = self._key_array(tuple(sorted(missing)), target.type)
-        except (DeltaError, OSError, ValueError, TypeError, pa.ArrowException):
+        except (DeltaError, OSError, ValueError, pa.ArrowException):
             return None
-        if values is None:
-            return None
-        return self.arrangements.expected_rows(path, version, field, values, columns)
+        columns = self._read_columns(path, schema.names, field)
+        target = schema.field(columns[[c.lower() for c in columns].index(field.lower())])
+        values = self._key_array(keys, target.type)
+        return None if values is None else (schema, columns, values)
 
     def is_arranged(self, path: str, field: str, version: int) -> bool:
         """Whether an arrangement serves reads of `path` by `field` as of `version`."""
