@@ -467,8 +467,10 @@ def narrow_partners(ctx, node: Join, start: int, frames: dict[int, DataFrame], s
             if take_held_whole():
                 continue
             break
-        late = outsized_reads(ctx, node, [(index, y, _keys_held(rows(p), x)) for index, p, x, y in candidates], sides)
-        index, p, x, y = next(c for c, wait in zip(candidates, late) if not wait)
+        if len(candidates) > 1:  # a lone read is made whatever its size: no partner's keys listed for it
+            late = outsized_reads(ctx, node, [(index, y, _keys_held(rows(p), x)) for index, p, x, y in candidates], sides)
+            candidates = [c for c, wait in zip(candidates, late) if not wait]
+        index, p, x, y = candidates[0]
         tried.add((index, p, x, y))
         if read(index, y, lambda p=p, x=x: matching_keys(ctx, frames[p], x, False, rows(p)), p, x):
             reduced.add(index)
