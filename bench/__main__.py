@@ -15,7 +15,10 @@ one hourly change batch and measures, back to back so machine drift hits both si
 - the floor: reading the epoch's change batches of every source plus one empty Delta commit,
   through Spark and as the engine does it (on the driver, epochal.shared_reads, and a delta-rs commit).
 
-A sweep over change fractions (one epoch each, on the first scale) shows where recompute wins.
+A sweep over change fractions shows where recompute wins: one warehouse on the first scale, its
+first epoch paid once, then one epoch at each fraction in turn, so the cost model decides each with
+the history the fractions before it left, as a table living through a quiet week and a busy day
+would. `--sweep-only` runs it without the main runs.
 
 `--day` measures a day as a schedule lives it, on each scale: the first epoch (every table built,
 its arrangements too) beside a first recompute-and-overwrite, then hourly epochs (24 unless
@@ -70,6 +73,7 @@ def _arguments(argv=None) -> argparse.Namespace:
                         help="change fractions for the sweep (empty: no sweep)")
     parser.add_argument("--no-sweep", dest="sweep", action="store_const", const=[], help="no sweep (a bare --sweep)")
     parser.add_argument("--sweep-queries", type=int, nargs="+", default=[1, 3, 5, 10, 18])
+    parser.add_argument("--sweep-only", action="store_true", help="the sweep alone, no main runs")
     parser.add_argument("--work", default=os.environ.get("EPOCHAL_BENCH_WORK", "/tmp/epochal-bench"),
                         help="scratch folder: cached TPC-H loads and the warehouses")
     parser.add_argument("--driver-memory", default="8g",
@@ -636,7 +640,8 @@ def report_markdown(arguments, runs: list[dict], sweep: list[dict], started: str
              f"arrange_rows {_arrange_rows(getattr(arguments, 'arrange_rows', -1))}, "
              f"parallelism {getattr(arguments, 'parallelism', None) or 'default'}, "
              f"switch interval {_switch_interval(getattr(arguments, 'switch_interval', -1))}, "
-             f"queries {arguments.queries}, source writer {getattr(arguments, 'source_writer', 'spark')}. One Spark session, local[*] on {os.cpu_count()} cores; per table and "
+             f"queries {'none (--sweep-only)' if getattr(arguments, 'sweep_only', False) else arguments.queries}, "
+             f"sweep {getattr(arguments, 'sweep', [])} of queries {getattr(arguments, 'sweep_queries', [])}, source writer {getattr(arguments, 'source_writer', 'spark')}. One Spark session, local[*] on {os.cpu_count()} cores; per table and "
              "epoch the incremental epoch and a full recompute-and-overwrite run back to back.", "",
              *_targets_lines(runs, sweep)]
     for run in runs:
@@ -673,11 +678,12 @@ def report_markdown(arguments, runs: list[dict], sweep: list[dict], started: str
                          f"| {_format(r['megabytes'], 1)} | {r['rows_read']:.0f} |")
         lines.append("")
     if sweep:
-        lines += ["## Sweep over change fractions (first scale, one epoch each)", "",
-                  "| fraction | table | incremental s | recompute s | speedup |", "|---:|---|---:|---:|---:|"]
+        lines += [f"## Sweep over change fractions (scale {sweep[0]['scale']:g}, one warehouse, one epoch at each "
+                  f"fraction in turn after a first epoch of {sweep[0]['first_epoch_seconds']} s)", "",
+                  "| fraction | table | technique | step s | recompute s | speedup |", "|---:|---|---|---:|---:|---:|"]
         for run in sweep:
             for r in summarize(run):
-                lines.append(f"| {run['fraction'] * 100:g}% | {r['table']} | {_format(r['incremental'])} | "
+                lines.append(f"| {run['fraction'] * 100:g}% | {r['table']} | {r['techniques']} | {_format(r['incremental'])} | "
                              f"{_format(r['recompute'])} | {_format(r['speedup'], 1)} |")
         lines.append("")
     return "\n".join(lines)
@@ -758,17 +764,17 @@ def main(argv=None) -> None:
     arguments.epochs = arguments.epochs or (24 if arguments.day else 3)
     if arguments.day and len(arguments.fraction) > 1:
         raise SystemExit("make bench: --day takes one --fraction (a day is one change stream)")
-    for scale in arguments.scales:
+    for scale in [] if arguments.sweep_only else arguments.scales:
         fractions = [f * (arguments.scales[0] / scale if arguments.same_change_rows else 1) for f in arguments.fraction]
         runs.extend(run_scale(spark, work, scale, fractions, arguments.epochs, queries, arguments.driver_rows,
                               arguments.source_writer, arguments.arrange_rows, arguments.parallelism, arguments.day,
                               switch_interval=arguments.switch_interval, keep=arguments.keep))
         save()
     sweep_queries = [f"tpch_q{n:02d}" for n in arguments.sweep_queries]
-    for fraction in arguments.sweep:
-        sweep.extend(run_scale(spark, work, arguments.scales[0], [fraction], 1, sweep_queries, arguments.driver_rows,
-                               arguments.source_writer, arguments.arrange_rows, arguments.parallelism,
-                               switch_interval=arguments.switch_interval))
+    if arguments.sweep:
+        sweep.extend(run_scale(spark, work, arguments.scales[0], arguments.sweep, 1, sweep_queries,
+                               arguments.driver_rows, arguments.source_writer, arguments.arrange_rows,
+                               arguments.parallelism, switch_interval=arguments.switch_interval))
         save()
     text = report_markdown(arguments, runs, sweep, started)
     (out / "report.md").write_text(text)
