@@ -341,6 +341,19 @@ def _highest(peaks: list[dict]) -> dict[str, float | None]:
     return {name: max((p[name] for p in peaks if p.get(name) is not None), default=None) for name in ("python", "jvm")}
 
 
+def _first_epoch(engine, reports) -> dict:
+    """Where the first epoch's time went: each table's step (its technique and phases; steps run
+    `parallelism` at a time, so their sum exceeds the wall time) and each arrangement built after
+    them (one after another, inside the wall time)."""
+    tables = {r.table: dict(technique=r.technique, seconds=round(r.seconds, 3),
+                            phases=r.detail.get("phases", {})) for r in reports}
+    arranged = [dict(input=Path(path).name, key=key, what=what, seconds=round(seconds, 3))
+                for path, key, _, what, seconds in engine.arranged]
+    return dict(tables=tables, arranged=arranged, parallelism=engine.parallelism,
+                steps_seconds=round(sum(t["seconds"] for t in tables.values()), 3),
+                arranging_seconds=round(sum(a["seconds"] for a in arranged), 3))
+
+
 def run_scale(spark, work: Path, scale: float, fractions: list[float], epochs: int, queries: list[str],
               driver_rows: int | None = None, source_writer: str = "delta-rs", arrange_rows: int | None = -1,
               parallelism: int | None = None, day: bool = False, switch_interval: float | None = -1,
@@ -353,8 +366,12 @@ def run_scale(spark, work: Path, scale: float, fractions: list[float], epochs: i
     root = _warehouse(spark, work, scale, f"run-{scale:g}-{fractions[0]:g}")
     engine = _engine(spark, root, queries, driver_rows, arrange_rows, parallelism, switch_interval)
     _reset_peaks(spark)
-    first, _ = _timed(lambda: engine.refresh(until=LOADED_AT + timedelta(minutes=15)))
+    first, first_reports = _timed(lambda: engine.refresh(until=LOADED_AT + timedelta(minutes=15)))
     first_peak = _peak_gigabytes(spark)
+    first_epoch = _first_epoch(engine, first_reports)
+    print(f"  scale {scale:g} first epoch {first:.1f}s: steps {first_epoch['steps_seconds']:.1f}s summed, "
+          f"arrangements {first_epoch['arranging_seconds']:.1f}s (" + ", ".join(
+              f"{a['input']}.{a['key']} {a['seconds']:.1f}s" for a in first_epoch["arranged"]) + ")", flush=True)
     names = [n for n in engine.tables() if n in queries]
     first_recompute = _recompute_all(engine, names, root)[0] if day else None
     runs, index = [], 0
@@ -371,7 +388,8 @@ def run_scale(spark, work: Path, scale: float, fractions: list[float], epochs: i
                       f"{a['input']}.{a['key']} {a['what']} {a['seconds']:.1f}s" for a in epoch["arranged"]) + "; " + ", ".join(
                 f"{n} {t['incremental_seconds']:.1f}s/{t['recompute_seconds']:.1f}s" for n, t in epoch["tables"].items()),
                 flush=True)
-        runs.append(dict(scale=scale, fraction=fraction, first_epoch_seconds=round(first, 1), epochs=results,
+        runs.append(dict(scale=scale, fraction=fraction, first_epoch_seconds=round(first, 1), first_epoch=first_epoch,
+                         epochs=results,
                          first_recompute_seconds=_rounded(first_recompute), daily=None,
                          peak_gigabytes={"first epoch": first_peak,
                                          "incremental epochs": _highest([e["peak_gigabytes"]["incremental"]
@@ -575,6 +593,18 @@ def _arranged_line(run: dict) -> list[str]:
     return lines
 
 
+def _first_epoch_parts(run: dict) -> str:
+    """The first epoch's steps (summed) and arrangement builds, where the run recorded them."""
+    first = run.get("first_epoch")
+    if not first:
+        return ""
+    slowest = sorted(first["tables"].items(), key=lambda item: -item[1]["seconds"])[:3]
+    return (f" (steps {first['steps_seconds']:.1f} s summed, {first['parallelism']} at a time; "
+            f"slowest " + ", ".join(f"{n} {t['seconds']:.1f} s" for n, t in slowest)
+            + f"; arrangements built after them {first['arranging_seconds']:.1f} s: "
+            + (", ".join(f"{a['input']}.{a['key']} {a['seconds']:.1f} s" for a in first["arranged"]) or "none") + ")")
+
+
 def _arrange_rows(value: int | None) -> str:
     return "default" if value == -1 else "none" if value is None else f"{value:,}"
 
@@ -652,7 +682,7 @@ def report_markdown(arguments, runs: list[dict], sweep: list[dict], started: str
                   f"{ratio:.2f}x** (mean of {len(run['epochs'])} epochs; >1 means incremental is faster).", "",
                   *_day_lines(run),
                   *_peak_line(run),
-                  f"First epoch (all tables, rescan): {run['first_epoch_seconds']} s. Noop epoch: mean "
+                  f"First epoch (all tables, rescan): {run['first_epoch_seconds']} s{_first_epoch_parts(run)}. Noop epoch: mean "
                   f"{_format(_mean(e['noop_seconds'] for e in run['epochs']))} s. Floor (read the change "
                   f"batches + one empty commit): mean {_format(_mean(e['floor_seconds'] for e in run['epochs']))} s "
                   f"through Spark, {_format(_mean(e.get('floor_driver_seconds') for e in run['epochs']))} s as the "
