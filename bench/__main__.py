@@ -777,6 +777,14 @@ def chart(runs: list[dict], sweep: list[dict], path: Path) -> None:
     figure.savefig(path, dpi=110)
 
 
+def write_report(out: Path, text: str, runs: list[dict], sweep: list[dict]) -> None:
+    """report.md and chart.png under `out`; the report printed."""
+    (out / "report.md").write_text(text)
+    chart(runs, sweep, out / "chart.png")
+    print(text)
+    print(f"written to {out}")
+
+
 def main(argv=None) -> None:
     arguments = _arguments(argv)
     started = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
@@ -806,11 +814,7 @@ def main(argv=None) -> None:
                                arguments.driver_rows, arguments.source_writer, arguments.arrange_rows,
                                arguments.parallelism, switch_interval=arguments.switch_interval))
         save()
-    text = report_markdown(arguments, runs, sweep, started)
-    (out / "report.md").write_text(text)
-    chart(runs, sweep, out / "chart.png")
-    print(text)
-    print(f"written to {out}")
+    write_report(out, report_markdown(arguments, runs, sweep, started), runs, sweep)
 
 
 if __name__ == "__main__":

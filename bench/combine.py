@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
 
-from bench.__main__ import RESULTS, chart, report_markdown
+from bench.__main__ import RESULTS, report_markdown, write_report
 
 
 def _total(values):
@@ -116,11 +116,7 @@ def main(argv=None) -> None:
                       for folder, part in zip(folders, parts))
                   + ". Per epoch the parts' seconds are added up (each part pays the epoch's fixed costs); "
                   "noop, unread-columns and floor figures are per part and left out.")
-    text = f"{head}\n\n{parts_line}\n\n{rest}"
-    (out / "report.md").write_text(text)
-    chart(runs, sweep, out / "chart.png")
-    print(text)
-    print(f"written to {out}")
+    write_report(out, f"{head}\n\n{parts_line}\n\n{rest}", runs, sweep)
 
 
 if __name__ == "__main__":
