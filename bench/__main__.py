@@ -349,9 +349,7 @@ def _first_epoch(engine, reports) -> dict:
                             phases=r.detail.get("phases", {})) for r in reports}
     arranged = [dict(input=Path(path).name, key=key, what=what, seconds=round(seconds, 3))
                 for path, key, _, what, seconds in engine.arranged]
-    return dict(tables=tables, arranged=arranged, parallelism=engine.parallelism,
-                steps_seconds=round(sum(t["seconds"] for t in tables.values()), 3),
-                arranging_seconds=round(sum(a["seconds"] for a in arranged), 3))
+    return dict(tables=tables, arranged=arranged, parallelism=engine.parallelism)
 
 
 def run_scale(spark, work: Path, scale: float, fractions: list[float], epochs: int, queries: list[str],
@@ -369,9 +367,7 @@ def run_scale(spark, work: Path, scale: float, fractions: list[float], epochs: i
     first, first_reports = _timed(lambda: engine.refresh(until=LOADED_AT + timedelta(minutes=15)))
     first_peak = _peak_gigabytes(spark)
     first_epoch = _first_epoch(engine, first_reports)
-    print(f"  scale {scale:g} first epoch {first:.1f}s: steps {first_epoch['steps_seconds']:.1f}s summed, "
-          f"arrangements {first_epoch['arranging_seconds']:.1f}s (" + ", ".join(
-              f"{a['input']}.{a['key']} {a['seconds']:.1f}s" for a in first_epoch["arranged"]) + ")", flush=True)
+    print(f"  scale {scale:g} first epoch {first:.1f}s{_first_epoch_parts(dict(first_epoch=first_epoch))}", flush=True)
     names = [n for n in engine.tables() if n in queries]
     first_recompute = _recompute_all(engine, names, root)[0] if day else None
     runs, index = [], 0
@@ -599,9 +595,11 @@ def _first_epoch_parts(run: dict) -> str:
     if not first:
         return ""
     slowest = sorted(first["tables"].items(), key=lambda item: -item[1]["seconds"])[:3]
-    return (f" (steps {first['steps_seconds']:.1f} s summed, {first['parallelism']} at a time; "
+    steps = sum(t["seconds"] for t in first["tables"].values())
+    arranging = sum(a["seconds"] for a in first["arranged"])
+    return (f" (steps {steps:.1f} s summed, {first['parallelism']} at a time; "
             f"slowest " + ", ".join(f"{n} {t['seconds']:.1f} s" for n, t in slowest)
-            + f"; arrangements built after them {first['arranging_seconds']:.1f} s: "
+            + f"; arrangements built after them {arranging:.1f} s: "
             + (", ".join(f"{a['input']}.{a['key']} {a['seconds']:.1f} s" for a in first["arranged"]) or "none") + ")")
 
 
