@@ -5,7 +5,7 @@ is delta-rs's). Prints each step's seconds and phases, then the engine functions
 seconds over the profiled epochs (the first epoch is not profiled).
 
     .venv/bin/python -m bench.step_profile 0.1 6 [--epochs 3] [--unprofiled 1] [--top 40] [--callers FUNCTION] [--by-self]
-        [--driver-rows N]
+        [--driver-rows N] [--no-cost-model]
         [--together]
         [--source-writer spark] [--cold]
 
@@ -70,6 +70,9 @@ def main(argv=None) -> None:
                         help="the engine's driver_rows: lower than a state's rows, a small scale's step takes "
                              "the path a larger scale's does (Q11's aggregate state is within the default at "
                              "scale 1 and past it at scale 10)")
+    parser.add_argument("--no-cost-model", action="store_true",
+                        help="Engine(cost_model=False): every step runs incrementally, to see where a step the "
+                             "cost model would rescan spends its time (a large change, --fraction 0.1)")
     parser.add_argument("--dump", default=None,
                         help="also write the profile here (pstats format), to ask afterwards who calls what: "
                              "python -c \"import pstats; pstats.Stats('FILE').print_callers('open')\"")
@@ -93,6 +96,7 @@ def main(argv=None) -> None:
         root = _warehouse(spark, Path(arguments.work), arguments.scale, f"profile-{arguments.scale:g}")
     engine = _engine(spark, root, names, arguments.driver_rows)
     engine.parallelism = 1  # steps on the main thread, where cProfile sees them
+    engine.cost_model = not arguments.no_cost_model
     generator = ChangeGenerator(spark, root, seed=11, fraction=arguments.fraction,
                                 writer=arguments.source_writer)
     done = generator.history().last_batch
