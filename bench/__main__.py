@@ -810,7 +810,7 @@ def main(argv=None) -> None:
     if arguments.sweep:
         sweep.extend(run_scale(spark, work, arguments.scales[0], arguments.sweep, 1, sweep_queries,
                                arguments.driver_rows, arguments.source_writer, arguments.arrange_rows,
-                               arguments.parallelism, switch_interval=arguments.switch_interval))
+                               arguments.parallelism, switch_interval=arguments.switch_interval, keep=arguments.keep))
         save()
     write_report(out, report_markdown(arguments, runs, sweep, started), runs, sweep)
 

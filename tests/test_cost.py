@@ -142,3 +142,74 @@ def test_the_margin_before_reading_is_the_shares_spread_and_early_until_two_tell
     assert estimate.incremental > cost.MARGIN * estimate.rescan and estimate.incremental < cost.EARLY * estimate.rescan
     assert cost.favours_rescan_unread(estimate, cost.unread_margin(steady))
     assert not cost.favours_rescan_unread(estimate, cost.unread_margin(one))
+
+
+def phased(seconds: float, rows: int, **phases: float) -> Step:
+    return Step(seq=0, status=COMMITTED, epoch="e", epoch_end=AT, technique="incremental", reason="",
+                rows_read=rows, seconds=seconds, detail={"phases": {k.replace("_", " "): v for k, v in phases.items()}})
+
+
+def test_only_the_phases_that_grow_with_the_change_are_scaled():
+    """A step of 1 s of which 0.3 s read and computed its 100 rows: ten times the rows add
+    nine times those 0.3 s, not nine times its commits and start."""
+    history = [step("rescan", 50.0, reason="FIRST_RUN"),
+               phased(1.0, 100, start=0.2, read_changes=0.1, compute=0.2, write_output=0.2, write_state=0.3)]
+    assert cost.estimate(history, 1000).incremental == pytest.approx(1.0 + 0.3 * 9)
+    assert cost.estimate(history, 50).incremental == pytest.approx(1.0)  # never down
+
+
+def test_a_step_past_driver_rows_is_estimated_from_steps_past_it_and_before_one_from_the_rescan():
+    """Steps on the driver say nothing of Spark's path: before a step past `driver_rows` was
+    measured, one is expected at SPARK_PATH_UNMEASURED times the rescan's output, and the rescan
+    that wins is run for cost (no try, no state kept)."""
+    first = step("rescan", 14.0, reason="FIRST_RUN")
+    first.detail["phases"]["write state"] = 7.0  # the output: 7 s / 1.4 = 5 s
+    history = [first, phased(0.5, 100, compute=0.5)]
+    assert not cost.estimate(history, 400, driver_rows=500).favours_rescan  # on the driver: 2 s
+    spark_path = cost.estimate(history, 1000, driver_rows=500)
+    assert (spark_path.incremental, spark_path.rescan) == (pytest.approx(cost.SPARK_PATH_UNMEASURED * 5.0),
+                                                           pytest.approx(5.0))
+    assert spark_path.favours_rescan and not spark_path.tries_rescan and not spark_path.path_measured
+    assert "no step of the table was measured there yet" in spark_path.describe()
+    assert "keeping the state" not in spark_path.describe()
+    large = phased(400.0, 2000, compute=400.0)  # the first step past driver_rows scales from its 0.2 s a row
+    assert cost.estimate(history + [large], 4000, driver_rows=500).incremental == pytest.approx(800.0)
+    history.append(phased(3.0, 800, compute=3.0))
+    measured = cost.estimate(history, 1000, driver_rows=500)
+    assert (measured.incremental, measured.incremental_seen, measured.path_measured) == (pytest.approx(3.75), 1, True)
+    assert not measured.favours_rescan  # against a try at the first run's 10 s
+
+
+def test_the_least_rows_are_the_logged_rows_at_the_smallest_recent_share():
+    history = [step("rescan", 5.0, reason="FIRST_RUN"), read("incremental", 0.1, 100, 300),
+               read("incremental", 0.1, 100, 100), read("incremental", 0.1, 100, 200)]
+    assert (cost.least_rows(history, 1000), cost.expected_rows(history, 1000)) == (1000, 2000)
+    assert cost.least_rows(history[:1], 1000) is None
+
+
+def test_shares_are_those_of_steps_that_changed_the_same_inputs_where_there_are_any():
+    """An update of a line-item column the table does not read (share 0) says nothing of a change
+    of orders and line items: with it among the shares the margin before reading would be EARLY."""
+    def changing(made: Step, *names: str) -> Step:
+        made.inputs = {n: {"from": 1, "to": 2 if n in names else 1} for n in ("orders", "lineitem")}
+        return made
+
+    history = [step("rescan", 5.0, reason="FIRST_RUN"),
+               changing(read("incremental", 0.1, 100, 200), "orders", "lineitem"),
+               changing(read("incremental", 0.1, 100, 0), "lineitem"),
+               changing(read("incremental", 0.1, 100, 220), "orders", "lineitem")]
+    both = frozenset({"orders", "lineitem"})
+    assert cost.shares(history, both) == [2.0, 2.2]
+    assert cost.unread_margin(history, both) == pytest.approx(cost.MARGIN * 2.1 / 2.0)
+    assert cost.unread_margin(history) == cost.EARLY
+    assert cost.shares(history, frozenset({"lineitem"})) == [0.0]
+    assert cost.shares(history, frozenset({"orders"})) == [2.0, 0.0, 2.2]  # none alike: every step's
+
+
+def test_a_larger_change_is_scaled_from_the_steps_of_the_most_rows():
+    """A step of 10 rows is mostly fixed costs: scaled to 10,000 rows it says 1,000 s, where the
+    step of 1,000 rows says 20 s."""
+    history = [step("rescan", 50.0, reason="FIRST_RUN"), phased(1.0, 10, compute=1.0),
+               phased(2.0, 1000, compute=2.0), phased(1.5, 600, compute=1.5)]
+    found = cost.estimate(history, 10_000)
+    assert (found.incremental, found.incremental_seen) == (pytest.approx((20.0 + 25.0) / 2), 2)

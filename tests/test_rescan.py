@@ -264,6 +264,35 @@ def test_cost_model_rescans_a_change_its_history_says_is_cheaper_to_recompute(sp
 
 
 @pytest.mark.long  # measured epochs, as the test above
+def test_a_change_past_driver_rows_before_a_step_was_measured_there_rescans_unread_without_the_state(spark, warehouse):
+    """With `driver_rows` at 10, two one-row updates (two change rows each, on the driver) tell a
+    share of 2; 400 inserted rows are then expected to bring 800, past `driver_rows` even at the
+    smallest share, where no step of the table was measured: the step is expected at twice the
+    rescan's output, rescans for COST unread and keeps no state (no try). The next small change
+    rebuilds the state (STATE_MISSING), and the one after it is incremental; all stay exact."""
+    root = f"{warehouse}/{uuid.uuid4().hex[:8]}"
+    a = SyntheticSource(spark, f"{root}/sources/a", SCHEMA, ROWS)
+    engine = build(spark, root, cost_model=True, driver_rows=10)
+    engine.define("d", D, strict=True)
+    engine.refresh()
+    for key in (1, 2):
+        a.update(f"k = {key}", {"v": "v + 1"})
+        assert refreshed(engine)["t"].technique == "incremental"
+    a.insert([(1000 + i, "xyz"[i % 3], i, "w") for i in range(400)])
+    reports = refreshed(engine)
+    assert_rescan(reports, "COST", "not read", "logged 400 changed rows", "800 change rows",
+                  "no step of the table was measured there yet")
+    assert "tried" not in reports["t"].reason and "keeping the state" not in reports["t"].reason
+    last = engine.table("t").ledger.last_committed()
+    assert (last.detail["state"], last.state_versions) == (reasons.STATE_NOT_KEPT, {})
+    assert last.detail["estimate"]["path_measured"] is False, last.detail
+    a.update("k = 3", {"v": "v + 1"})
+    assert_rescan(refreshed(engine), "STATE_MISSING", reasons.NOT_KEPT)
+    a.update("k = 4", {"v": "v + 1"})
+    assert {r.technique for r in refreshed(engine).values()} == {"incremental"}
+
+
+@pytest.mark.long  # measured epochs, as the test above
 def test_a_large_change_its_steps_found_consolidating_away_is_read_not_rescanned_unread(spark, warehouse):
     """Updates of a column the table does not read (w) consolidate away: a step that read one
     records a share of 0 of its logged rows. After two of them and one update of v (share 2), an

@@ -13,7 +13,24 @@ turns the model off.
 Estimates, each a median so that one step slowed by a busy machine does not decide:
 - incremental: the last INCREMENTAL_SEEN incremental steps that computed a change (a step whose
   change consolidated away says nothing of the cost of one that does not), each scaled up by this
-  change's rows relative to its own (never down: fixed costs dominate small changes);
+  change's rows relative to its own (never down: fixed costs dominate small changes). Only the
+  phases that grow with the change rows are scaled (reading the change and computing it, `SCALED`);
+  the rest of a past step (its start, the output's and the state's commits, its figures) is taken
+  as measured, and only the steps of the most rows among them (at least half the largest's) are
+  scaled, their compute being the least made of fixed costs: scaling a step of a few rows whole
+  made a change of a hundred times the rows cost a hundred times its fixed costs (TPC-H Q6 at
+  scale 1, a tenth of the orders changed: 26.8 s estimated for a step that reads 28,711 rows on
+  the driver, bench/RESULTS.md).
+- the path: a change of more than `driver_rows` rows is computed by Spark, joining it with every
+  operator's whole state, where smaller ones are computed on the driver by key; steps on the
+  driver say nothing of the Spark path's cost (they grew linearly below `driver_rows`, and then,
+  at the first step past it, up to 265 times for 10 times the rows: TPC-H at scale 10, 1% of the
+  orders changed, bench/RESULTS.md). A step past `driver_rows` is therefore scaled from past steps
+  past it; before any was measured, it is expected to cost at least SPARK_PATH_UNMEASURED times
+  a rescan for cost (measured: 0.8 to 13 times the recompute, 6 in the median), and the rescan
+  that wins is not tried but run for cost (no state kept): the state such a step would have
+  kept is what a Spark-path step reads in full, and rebuilding it when a small change comes is a
+  rescan's cost once, where keeping it costs one in every large epoch.
 - rescan: the last RESCAN_SEEN rescans for cost (they write the output only, epoch._weigh); before
   the first, the last rescans of any kind, first run included, without the seconds they spent
   building the state. A first run overstates a rescan for cost: it runs cold, beside every other
@@ -38,12 +55,17 @@ was a third of each rescan for cost (`python -m bench.cost_rescans 1`). So the s
 the rows its inputs' commits logged (their metrics: rows inserted, updated and deleted, `logged`),
 times the share of logged rows that reached the plan in its recent steps that read their change
 (`shares`, `expected_rows`: updates of columns a table does not read, and rows its filters drop,
-do not). A rescan is chosen then, unread, when the incremental estimate exceeds the rescan's by
+do not), those that changed the same inputs where there are any (`changed_inputs`: in the
+benchmark's sweep, an update of a line-item column no query reads, a share of 0 between changes
+of orders and line items, kept every 10% change from being decided unread). A rescan is chosen then, unread, when the incremental estimate exceeds the rescan's by
 MARGIN times the recent shares' spread (`unread_margin`: the median share over the smallest), so
 that the decision after reading would have been the same unless this change's share falls below
 every recent one. Fewer than two shares, or one of 0, say nothing of the spread: the estimate
 must then exceed the rescan's by EARLY, far past MARGIN; anything closer is weighed again once
-the change is read. A step that read its change and then rescanned for cost is a share too (its
+the change is read. The path is judged at the smallest recent share (`least_rows`): a change
+past `driver_rows` even then is Spark's to compute whatever its share, and before a step past it
+was measured (SPARK_PATH_UNMEASURED) it rescans unread once two shares agree within
+SPARK_PATH_UNMEASURED / MARGIN. A step that read its change and then rescanned for cost is a share too (its
 estimate holds the rows it read): without it, a table whose large changes all rescan would keep
 the one share of its last small change, and read each large one first. A table whose large
 changes stop reaching its plan (they update a column it does not read, say) rescans for cost on
@@ -59,6 +81,8 @@ from dataclasses import asdict, dataclass
 from ..reasons import COST, NOT_KEPT, STATE_MISSING
 
 INCREMENTAL_SEEN = 5
+SCALED = ("read changes", "compute")
+SPARK_PATH_UNMEASURED = 2.0
 RESCAN_SEEN = 3
 MARGIN = 1.25
 EARLY = 4.0
@@ -77,6 +101,7 @@ class Estimate:
     rescan_seen: int
     rows: int
     rescan_measured: bool = True  # rests on rescans for cost; else on past rescans, state build included
+    path_measured: bool = True  # False: past `driver_rows` with no step measured past it (SPARK_PATH_UNMEASURED)
 
     @property
     def favours_rescan(self) -> bool:
@@ -84,8 +109,9 @@ class Estimate:
 
     @property
     def tries_rescan(self) -> bool:
-        """A rescan is favoured but none for cost was measured yet: it is tried, keeping the state."""
-        return self.favours_rescan and not self.rescan_measured
+        """A rescan is favoured but none for cost was measured yet, and the incremental estimate
+        rests on steps of its own path: it is tried, keeping the state."""
+        return self.favours_rescan and not self.rescan_measured and self.path_measured
 
     def as_dict(self) -> dict:
         return {name: round(value, 3) if isinstance(value, float) else value for name, value in asdict(self).items()}
@@ -93,9 +119,12 @@ class Estimate:
     def describe(self, choice: str = "rescanning") -> str:
         if self.tries_rescan and choice == "rescanning":
             choice = "no rescan for cost was measured yet, so one is tried"
+        basis = (f"from {self.incremental_seen} past step(s)" if self.path_measured else
+                 f"at least {SPARK_PATH_UNMEASURED:g}x the rescan: past driver_rows, computed by Spark, and no "
+                 "step of the table was measured there yet")
+        kept = self.rescan_measured or not self.path_measured
         return (f"an incremental step of {self.rows} change rows is estimated at {self.incremental:.1f} s "
-                f"(from {self.incremental_seen} past step(s)), a rescan "
-                f"{'at' if self.rescan_measured else 'keeping the state at'} {self.rescan:.1f} s (from "
+                f"({basis}), a rescan {'at' if kept else 'keeping the state at'} {self.rescan:.1f} s (from "
                 f"{self.rescan_seen} past rescan(s)); {choice}")
 
 
@@ -109,29 +138,55 @@ def _for_cost(step) -> bool:
                                            step.reason.startswith(f"{STATE_MISSING}: {NOT_KEPT}"))
 
 
-def estimate(history: list, rows: int) -> Estimate | None:
+def estimate(history: list, rows: int, driver_rows: int | None = None) -> Estimate | None:
     """The estimate for a step reading `rows` change rows, from `history` (the table's committed
     steps, oldest first); None when the history holds no step of one of the kinds, or when the
-    last EXPLORE_AFTER steps that computed anything were all rescans for cost (this step explores)."""
+    last EXPLORE_AFTER steps that computed anything were all rescans for cost (this step explores).
+    With `driver_rows`, a step past it is estimated from steps past it (the path, above)."""
     working = [s for s in history if _computed(s) or s.technique == "rescan"]
     recent = working[-EXPLORE_AFTER:]
     if len(recent) == EXPLORE_AFTER and all(_for_cost(s) for s in recent):
         return None
-    incremental = [s for s in working if _computed(s)][-INCREMENTAL_SEEN:]
+    computed = [s for s in working if _computed(s)]
+    beyond = driver_rows is not None and rows > driver_rows
+    on_path = [s for s in computed if s.rows_read > driver_rows] if beyond else computed
+    incremental = (on_path or computed)[-INCREMENTAL_SEEN:]
     for_cost = [s for s in working if s.technique == "rescan" and s.reason.startswith(COST)][-RESCAN_SEEN:]
     rescans = for_cost or [s for s in working if s.technique == "rescan"][-RESCAN_SEEN:]
     if not incremental or not rescans:
         return None
-    scaled = [s.seconds * max(1.0, rows / s.rows_read) for s in incremental]
-    rescan = statistics.median(_rescan_seconds(s, keeps_state=not for_cost) for s in rescans)
-    return Estimate(statistics.median(scaled), rescan, len(incremental), len(rescans), rows, bool(for_cost))
+    largest = max(s.rows_read for s in incremental)
+    incremental = [s for s in incremental if 2 * s.rows_read >= largest]
+    scaled = statistics.median(_scaled(s, rows) for s in incremental)
+    output = statistics.median(_rescan_seconds(s, keeps_state=False) for s in rescans)
+    if not on_path:
+        return Estimate(max(scaled, SPARK_PATH_UNMEASURED * output), output, len(incremental), len(rescans), rows,
+                        bool(for_cost), path_measured=False)
+    rescan = output if for_cost else statistics.median(_rescan_seconds(s, keeps_state=True) for s in rescans)
+    return Estimate(scaled, rescan, len(incremental), len(rescans), rows, bool(for_cost))
 
 
-def shares(history: list) -> list[float]:
+def _scaled(step, rows: int) -> float:
+    """A past incremental step's seconds for a change of `rows` rows: its SCALED phases scaled by
+    the rows relative to its own, never down."""
+    phases = (step.detail or {}).get("phases") or {}
+    grows = min(step.seconds, sum(phases.get(name, 0.0) for name in SCALED))
+    return step.seconds + grows * (max(1.0, rows / step.rows_read) - 1.0)
+
+
+def changed_inputs(step) -> frozenset[str]:
+    """The inputs whose versions moved in `step` (its ledger record of their ranges)."""
+    return frozenset(name for name, versions in (step.inputs or {}).items() if versions.get("from") != versions.get("to"))
+
+
+def shares(history: list, changed: frozenset[str] | None = None) -> list[float]:
     """The share of its inputs' logged rows that reached the plan (rows read over rows logged) in
     each of the last INCREMENTAL_SEEN steps that read their change and recorded both: incremental
     steps (a change that consolidated away counts, at a share of 0) and steps that read it before
-    a rescan (their estimate's rows)."""
+    a rescan (their estimate's rows). With `changed` (the inputs this step's commits changed), the
+    steps that changed the same inputs, where there are any: a table filters each input's rows
+    differently, so a change of the line items alone (an update of a column no table reads, at a
+    share of 0) says little of one of the orders and their line items."""
     found = []
     for s in history:
         detail = s.detail or {}
@@ -139,24 +194,32 @@ def shares(history: list) -> list[float]:
         if not logged or "phases" not in detail:
             continue
         if s.technique == "incremental":
-            found.append(s.rows_read / logged)
+            found.append((changed_inputs(s), s.rows_read / logged))
         elif s.technique == "rescan" and "rows" in estimate and not estimate.get("unread"):
-            found.append(estimate["rows"] / logged)
-    return found[-INCREMENTAL_SEEN:]
+            found.append((changed_inputs(s), estimate["rows"] / logged))
+    alike = [share for inputs, share in found if inputs == changed]
+    return (alike or [share for _, share in found])[-INCREMENTAL_SEEN:]
 
 
-def expected_rows(history: list, logged: int) -> int | None:
+def expected_rows(history: list, logged: int, changed: frozenset[str] | None = None) -> int | None:
     """The change rows a step whose inputs' commits logged `logged` rows is expected to read:
     `logged` times the median of the recent `shares`; None before any."""
-    recent = shares(history)
+    recent = shares(history, changed)
     return round(logged * statistics.median(recent)) if recent else None
 
 
-def unread_margin(history: list) -> float:
+def least_rows(history: list, logged: int, changed: frozenset[str] | None = None) -> int | None:
+    """The change rows `logged` logged rows bring at the smallest of the recent `shares`; None
+    before any."""
+    recent = shares(history, changed)
+    return round(logged * min(recent)) if recent else None
+
+
+def unread_margin(history: list, changed: frozenset[str] | None = None) -> float:
     """How far an estimate made before reading must exceed the rescan's for the step to rescan
     unread: MARGIN times the median recent share over the smallest, at most EARLY; EARLY when
     fewer than two shares, or one of 0, tell the spread."""
-    recent = shares(history)
+    recent = shares(history, changed)
     if len(recent) < 2 or min(recent) <= 0:
         return EARLY
     return min(EARLY, MARGIN * statistics.median(recent) / min(recent))

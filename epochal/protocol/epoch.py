@@ -441,9 +441,12 @@ def _weigh_unread(env: Environment, table, step: Step, history: list[Step], inpu
     if logged is None:  # a commit without metrics: weighed once read
         return
     step.detail["logged_rows"] = logged
-    expected = cost.expected_rows(history, logged)
-    estimate = cost.estimate(history, expected) if expected is not None else None
-    margin = cost.unread_margin(history)
+    changed = cost.changed_inputs(step)
+    expected = cost.expected_rows(history, logged, changed)
+    least = cost.least_rows(history, logged, changed)  # past driver_rows even at the smallest share: Spark's path
+    estimate = cost.estimate(history, expected, env.driver_rows if least is not None and least > env.driver_rows
+                             else None) if expected is not None else None
+    margin = cost.unread_margin(history, changed)
     if cost.favours_rescan_unread(estimate, margin):
         raise reasons.Costly(
             reasons.Trigger(reasons.COST, f"not read: the inputs' commits logged {logged} changed rows, {expected} "
@@ -467,7 +470,7 @@ def _weigh(env: Environment, table, step: Step, history: list[Step], rows_read: 
     for cost measured yet, cost.Estimate.tries_rescan) keeps the state: if it loses, the table
     goes back to incremental steps without a rebuild."""
     kept = _keeps_state(step)
-    estimate = cost.estimate(history, rows_read) \
+    estimate = cost.estimate(history, rows_read, env.driver_rows) \
         if env.cost_model and not table.strict else None  # the steps come in seq order
     if estimate is not None:
         step.detail["estimate"] = estimate.as_dict()
