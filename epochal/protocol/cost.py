@@ -50,27 +50,27 @@ incrementally again, so the incremental estimate follows the table as it changes
 cost keeps no state, so that step first rebuilds it, and the step after it is the one measured).
 
 Before reading: a large change costs its step a read of the change batches (Spark's, past
-`driver_rows`) that a rescan then does not use; at a tenth of TPC-H's orders changed, that read
-was a third of each rescan for cost (`python -m bench.cost_rescans 1`). So the step first weighs
-the rows its inputs' commits logged (their metrics: rows inserted, updated and deleted, `logged`),
+`driver_rows`) that a rescan then does not use; at a tenth of TPC-H's orders changed, that read was
+a third of each rescan for cost (`python -m bench.cost_rescans 1`). So the step first weighs the
+rows its inputs' commits logged (their metrics: rows inserted, updated and deleted, `logged`),
 times the share of logged rows that reached the plan in its recent steps that read their change
-(`shares`, `expected_rows`: updates of columns a table does not read, and rows its filters drop,
-do not), those that changed the same inputs where there are any (`changed_inputs`: in the
-benchmark's sweep, an update of a line-item column no query reads, a share of 0 between changes
-of orders and line items, kept every 10% change from being decided unread). A rescan is chosen then, unread, when the incremental estimate exceeds the rescan's by
-MARGIN times the recent shares' spread (`unread_margin`: the median share over the smallest), so
-that the decision after reading would have been the same unless this change's share falls below
-every recent one. Fewer than two shares, or one of 0, say nothing of the spread: the estimate
-must then exceed the rescan's by EARLY, far past MARGIN; anything closer is weighed again once
-the change is read. The path is judged at the smallest recent share (`least_rows`): a change
-past `driver_rows` even then is Spark's to compute whatever its share, and before a step past it
-was measured (SPARK_PATH_UNMEASURED) it rescans unread once two shares agree within
-SPARK_PATH_UNMEASURED / MARGIN. A step that read its change and then rescanned for cost is a share too (its
-estimate holds the rows it read): without it, a table whose large changes all rescan would keep
-the one share of its last small change, and read each large one first. A table whose large
-changes stop reaching its plan (they update a column it does not read, say) rescans for cost on
-its past share until EXPLORE_AFTER of them, then reads the change once more (the exploring step),
-which measures the share anew.
+(`shares`, `expected_rows`: updates of columns a table does not read, and rows its filters drop, do
+not), those that changed the same inputs where there are any (`changed_inputs`: in the benchmark's
+sweep, an update of a line-item column no query reads, a share of 0 between changes of orders and
+line items, kept every 10% change from being decided unread). A rescan is chosen then, unread, when
+the incremental estimate exceeds the rescan's by MARGIN times the recent shares' spread
+(`unread_margin`: the median share over the smallest), so that the decision after reading would
+have been the same unless this change's share falls below every recent one. Fewer than two shares,
+or one of 0, say nothing of the spread: the estimate must then exceed the rescan's by EARLY, far
+past MARGIN; anything closer is weighed again once the change is read. The path is judged at the
+smallest recent share (`least_rows`): a change past `driver_rows` even then is Spark's to compute
+whatever its share, and before a step past it was measured (SPARK_PATH_UNMEASURED) it rescans
+unread once two shares agree within SPARK_PATH_UNMEASURED / MARGIN. A step that read its change and
+then rescanned for cost is a share too (its estimate holds the rows it read): without it, a table
+whose large changes all rescan would keep the one share of its last small change, and read each
+large one first. A table whose large changes stop reaching its plan (they update a column it does
+not read, say) rescans for cost on its past share until EXPLORE_AFTER of them, then reads the
+change once more (the exploring step), which measures the share anew.
 """
 
 from __future__ import annotations
