@@ -158,33 +158,43 @@ def test_only_the_phases_that_grow_with_the_change_are_scaled():
     assert cost.estimate(history, 50).incremental == pytest.approx(1.0)  # never down
 
 
-def test_a_step_past_driver_rows_is_estimated_from_steps_past_it_and_before_one_from_the_rescan():
-    """Steps on the driver say nothing of Spark's path: before a step past `driver_rows` was
-    measured, one is expected at SPARK_PATH_UNMEASURED times the rescan's output, and the rescan
-    that wins is run for cost (no try, no state kept)."""
+def spark(made: Step, *inputs: str) -> Step:
+    """`made`, recorded with the inputs whose change batch was Spark's (none: on the driver)."""
+    made.detail["spark_changes"] = list(inputs)
+    return made
+
+
+def test_a_spark_path_step_is_estimated_from_steps_of_its_path_and_before_one_from_the_rescan():
+    """Steps on the driver say nothing of Spark's path: before a step whose change batch was
+    Spark's was measured, one is expected at SPARK_PATH_UNMEASURED times the rescan's output, and
+    the rescan that wins is run for cost (no try, no state kept)."""
     first = step("rescan", 14.0, reason="FIRST_RUN")
     first.detail["phases"]["write state"] = 7.0  # the output: 7 s / 1.4 = 5 s
-    history = [first, phased(0.5, 100, compute=0.5)]
-    assert not cost.estimate(history, 400, driver_rows=500).favours_rescan  # on the driver: 2 s
-    spark_path = cost.estimate(history, 1000, driver_rows=500)
+    history = [first, spark(phased(0.5, 100, compute=0.5))]
+    assert not cost.estimate(history, 400, spark_path=False).favours_rescan  # on the driver: 2 s
+    spark_path = cost.estimate(history, 400, spark_path=True)
     assert (spark_path.incremental, spark_path.rescan) == (pytest.approx(cost.SPARK_PATH_UNMEASURED * 5.0),
                                                            pytest.approx(5.0))
     assert spark_path.favours_rescan and not spark_path.tries_rescan and not spark_path.path_measured
     assert "no step of the table was measured there yet" in spark_path.describe()
     assert "keeping the state" not in spark_path.describe()
-    large = phased(400.0, 2000, compute=400.0)  # the first step past driver_rows scales from its 0.2 s a row
-    assert cost.estimate(history + [large], 4000, driver_rows=500).incremental == pytest.approx(800.0)
-    history.append(phased(3.0, 800, compute=3.0))
-    measured = cost.estimate(history, 1000, driver_rows=500)
+    large = spark(phased(400.0, 2000, compute=400.0), "orders")  # the first Spark-path step: 0.2 s a row
+    assert cost.estimate(history + [large], 4000, spark_path=True).incremental == pytest.approx(800.0)
+    assert cost.estimate(history + [large], 400, spark_path=False).incremental == pytest.approx(2.0)
+    history.append(spark(phased(3.0, 800, compute=3.0), "orders"))
+    measured = cost.estimate(history, 1000, spark_path=True)
     assert (measured.incremental, measured.incremental_seen, measured.path_measured) == (pytest.approx(3.75), 1, True)
     assert not measured.favours_rescan  # against a try at the first run's 10 s
 
 
-def test_the_least_rows_are_the_logged_rows_at_the_smallest_recent_share():
-    history = [step("rescan", 5.0, reason="FIRST_RUN"), read("incremental", 0.1, 100, 300),
-               read("incremental", 0.1, 100, 100), read("incremental", 0.1, 100, 200)]
-    assert (cost.least_rows(history, 1000), cost.expected_rows(history, 1000)) == (1000, 2000)
-    assert cost.least_rows(history[:1], 1000) is None
+def test_the_path_is_the_change_batches_not_the_rows_that_reached_the_plan():
+    """A step of few rows whose batch was Spark's (most of a large change filtered out) is on
+    Spark's path; a step recorded without `spark_changes` (an older ledger) by its rows against
+    `driver_rows`."""
+    assert cost.on_spark_path(spark(phased(1.0, 10), "orders"), driver_rows=500)
+    assert not cost.on_spark_path(spark(phased(1.0, 10_000)), driver_rows=500)
+    assert cost.on_spark_path(phased(1.0, 501), driver_rows=500)
+    assert not cost.on_spark_path(phased(1.0, 500), driver_rows=500)
 
 
 def test_shares_are_those_of_steps_that_changed_the_same_inputs_where_there_are_any():

@@ -266,10 +266,10 @@ def test_cost_model_rescans_a_change_its_history_says_is_cheaper_to_recompute(sp
 @pytest.mark.long  # measured epochs, as the test above
 def test_a_change_past_driver_rows_before_a_step_was_measured_there_rescans_unread_without_the_state(spark, warehouse):
     """With `driver_rows` at 10, two one-row updates (two change rows each, on the driver) tell a
-    share of 2; 400 inserted rows are then expected to bring 800, past `driver_rows` even at the
-    smallest share, where no step of the table was measured: the step is expected at twice the
-    rescan's output, rescans for COST unread and keeps no state (no try). The next small change
-    rebuilds the state (STATE_MISSING), and the one after it is incremental; all stay exact."""
+    share of 2; 400 inserted rows (expected to bring 800) make a change batch past `driver_rows`,
+    Spark's to compute, where no step of the table was measured: the step is expected at twice
+    the rescan's output, rescans for COST unread and keeps no state (no try). The next small
+    change rebuilds the state (STATE_MISSING), and the one after it is incremental; all stay exact."""
     root = f"{warehouse}/{uuid.uuid4().hex[:8]}"
     a = SyntheticSource(spark, f"{root}/sources/a", SCHEMA, ROWS)
     engine = build(spark, root, cost_model=True, driver_rows=10)

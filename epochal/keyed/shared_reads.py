@@ -96,10 +96,15 @@ class SharedReads:
                 self._reads[key] = read()
             return self._reads[key]
 
+    def holds_changes(self, logged: int, limit: int | None = None) -> bool:
+        """Whether a change batch whose commits logged `logged` rows is read on the driver
+        (`change_rows`, up to `driver_rows` rows, or `limit`): an update records two rows in the
+        change feed (pre- and post-image), so twice the logged rows must fit."""
+        return 2 * logged <= (self.driver_rows if limit is None else limit)
+
     def _changes(self, path: str, before: int, after: int, limit: int | None = None) -> pa.Table | None:
         rows = changed_rows(path, before, after, self.storage_options)
-        # an update records two rows (pre- and post-image)
-        if rows is None or 2 * rows > (self.driver_rows if limit is None else limit):
+        if rows is None or not self.holds_changes(rows, limit):
             return None
         try:
             table = opened(path, self.storage_options)

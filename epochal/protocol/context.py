@@ -65,6 +65,7 @@ class Context:
         self._changed: dict[int, bool] = {}
         self.scratch: dict[tuple[int, str], object] = {}
         self.rows_read = 0
+        self.spark_changes: list[str] = []  # inputs whose change batch is Spark's, not held on the driver
         self.persisted: list[DataFrame] = []
 
     @cached_property
@@ -97,6 +98,8 @@ class Context:
                         batch = batch.persist()  # a short plan: no cut needed
                         self.persisted.append(batch)
                         rows = batch.count()  # fills the cache: one job
+                        if rows:
+                            self.spark_changes.append(node.table)
                 self.rows_read += rows
                 self._deltas[id(node)] = batch if rows else None
                 self._changed[id(node)] = bool(rows)

@@ -21,16 +21,22 @@ Estimates, each a median so that one step slowed by a busy machine does not deci
   made a change of a hundred times the rows cost a hundred times its fixed costs (TPC-H Q6 at
   scale 1, a tenth of the orders changed: 26.8 s estimated for a step that reads 28,711 rows on
   the driver, bench/RESULTS.md).
-- the path: a change of more than `driver_rows` rows is computed by Spark, joining it with every
-  operator's whole state, where smaller ones are computed on the driver by key; steps on the
-  driver say nothing of the Spark path's cost (they grew linearly below `driver_rows`, and then,
-  at the first step past it, up to 265 times for 10 times the rows: TPC-H at scale 10, 1% of the
-  orders changed, bench/RESULTS.md). A step past `driver_rows` is therefore scaled from past steps
-  past it; before any was measured, it is expected to cost at least SPARK_PATH_UNMEASURED times
-  a rescan for cost (measured: 0.8 to 13 times the recompute, 6 in the median), and the rescan
-  that wins is not tried but run for cost (no state kept): the state such a step would have
-  kept is what a Spark-path step reads in full, and rebuilding it when a small change comes is a
-  rescan's cost once, where keeping it costs one in every large epoch.
+- the path: a change batch the driver holds (at most `driver_rows` change-feed rows, twice its
+  commits' logged rows, as keyed.shared_reads reads it) is computed on the driver by key; one it
+  does not is Spark's, joined with every operator's whole state. Steps on the driver say nothing
+  of the Spark path's cost (they grew linearly on the driver, and then, at the first step past
+  it, up to 265 times for 10 times the rows: TPC-H at scale 10, 1% of the orders changed,
+  bench/RESULTS.md). Each incremental step records the inputs whose batch was Spark's
+  (`spark_changes`), and a step is estimated from past steps of its own path (`on_spark_path`);
+  the path is told by the batches, not by the rows that reached the plan: at scale 1, a tenth of
+  TPC-H's orders changed logs 450,000 rows of orders, Spark's to read, of which 92,546 change
+  rows reached Q22's plan, well within `driver_rows` (estimated at 2.9 s from its steps on the
+  driver, the step took 29.6 s against a 9.5 s recompute). Before a Spark-path step was measured, one is expected to cost at
+  least SPARK_PATH_UNMEASURED times a rescan for cost (measured: 0.8 to 13 times the recompute, 6
+  in the median), and the rescan that wins is not tried but run for cost (no state kept): the
+  state such a step would have kept is what a Spark-path step reads in full, and rebuilding it
+  when a small change comes is a rescan's cost once, where keeping it costs one in every large
+  epoch.
 - rescan: the last RESCAN_SEEN rescans for cost (they write the output only, epoch._weigh); before
   the first, the last rescans of any kind, first run included, without the seconds they spent
   building the state. A first run overstates a rescan for cost: it runs cold, beside every other
@@ -62,11 +68,10 @@ the incremental estimate exceeds the rescan's by MARGIN times the recent shares'
 (`unread_margin`: the median share over the smallest), so that the decision after reading would
 have been the same unless this change's share falls below every recent one. Fewer than two shares,
 or one of 0, say nothing of the spread: the estimate must then exceed the rescan's by EARLY, far
-past MARGIN; anything closer is weighed again once the change is read. The path is judged at the
-smallest recent share (`least_rows`): a change past `driver_rows` even then is Spark's to compute
-whatever its share, and before a step past it was measured (SPARK_PATH_UNMEASURED) it rescans
-unread once two shares agree within SPARK_PATH_UNMEASURED / MARGIN. A step that read its change and
-then rescanned for cost is a share too (its estimate holds the rows it read): without it, a table
+past MARGIN; anything closer is weighed again once the change is read. The path is known before
+reading, whatever the share (each input's logged rows against `driver_rows`): before a step of
+it was measured, a change that is Spark's rescans unread past MARGIN alone. A step that read its
+change and then rescanned for cost is a share too (its estimate holds the rows it read): without it, a table
 whose large changes all rescan would keep the one share of its last small change, and read each
 large one first. A table whose large changes stop reaching its plan (they update a column it does
 not read, say) rescans for cost on its past share until EXPLORE_AFTER of them, then reads the
@@ -120,7 +125,7 @@ class Estimate:
         if self.tries_rescan and choice == "rescanning":
             choice = "no rescan for cost was measured yet, so one is tried"
         basis = (f"from {self.incremental_seen} past step(s)" if self.path_measured else
-                 f"at least {SPARK_PATH_UNMEASURED:g}x the rescan: past driver_rows, computed by Spark, and no "
+                 f"at least {SPARK_PATH_UNMEASURED:g}x the rescan: a change batch past driver_rows is Spark's to compute, and no "
                  "step of the table was measured there yet")
         kept = self.rescan_measured or not self.path_measured
         return (f"an incremental step of {self.rows} change rows is estimated at {self.incremental:.1f} s "
@@ -138,18 +143,19 @@ def _for_cost(step) -> bool:
                                            step.reason.startswith(f"{STATE_MISSING}: {NOT_KEPT}"))
 
 
-def estimate(history: list, rows: int, driver_rows: int | None = None) -> Estimate | None:
+def estimate(history: list, rows: int, spark_path: bool | None = None, driver_rows: int = 0) -> Estimate | None:
     """The estimate for a step reading `rows` change rows, from `history` (the table's committed
     steps, oldest first); None when the history holds no step of one of the kinds, or when the
     last EXPLORE_AFTER steps that computed anything were all rescans for cost (this step explores).
-    With `driver_rows`, a step past it is estimated from steps past it (the path, above)."""
+    With `spark_path` (whether a change batch of the step is Spark's), it is estimated from the
+    steps of its path (above; `driver_rows` tells the path of steps recorded without it)."""
     working = [s for s in history if _computed(s) or s.technique == "rescan"]
     recent = working[-EXPLORE_AFTER:]
     if len(recent) == EXPLORE_AFTER and all(_for_cost(s) for s in recent):
         return None
     computed = [s for s in working if _computed(s)]
-    beyond = driver_rows is not None and rows > driver_rows
-    on_path = [s for s in computed if s.rows_read > driver_rows] if beyond else computed
+    on_path = computed if spark_path is None else \
+        [s for s in computed if on_spark_path(s, driver_rows) == spark_path]
     incremental = (on_path or computed)[-INCREMENTAL_SEEN:]
     for_cost = [s for s in working if s.technique == "rescan" and s.reason.startswith(COST)][-RESCAN_SEEN:]
     rescans = for_cost or [s for s in working if s.technique == "rescan"][-RESCAN_SEEN:]
@@ -159,11 +165,18 @@ def estimate(history: list, rows: int, driver_rows: int | None = None) -> Estima
     incremental = [s for s in incremental if 2 * s.rows_read >= largest]
     scaled = statistics.median(_scaled(s, rows) for s in incremental)
     output = statistics.median(_rescan_seconds(s, keeps_state=False) for s in rescans)
-    if not on_path:
+    if spark_path and not on_path:
         return Estimate(max(scaled, SPARK_PATH_UNMEASURED * output), output, len(incremental), len(rescans), rows,
                         bool(for_cost), path_measured=False)
     rescan = output if for_cost else statistics.median(_rescan_seconds(s, keeps_state=True) for s in rescans)
     return Estimate(scaled, rescan, len(incremental), len(rescans), rows, bool(for_cost))
+
+
+def on_spark_path(step, driver_rows: int) -> bool:
+    """Whether a change batch of `step` was Spark's (its `spark_changes`); for a step recorded
+    without them, whether it read more than `driver_rows` rows."""
+    detail = step.detail or {}
+    return bool(detail["spark_changes"]) if "spark_changes" in detail else step.rows_read > driver_rows
 
 
 def _scaled(step, rows: int) -> float:
@@ -206,13 +219,6 @@ def expected_rows(history: list, logged: int, changed: frozenset[str] | None = N
     `logged` times the median of the recent `shares`; None before any."""
     recent = shares(history, changed)
     return round(logged * statistics.median(recent)) if recent else None
-
-
-def least_rows(history: list, logged: int, changed: frozenset[str] | None = None) -> int | None:
-    """The change rows `logged` logged rows bring at the smallest of the recent `shares`; None
-    before any."""
-    recent = shares(history, changed)
-    return round(logged * min(recent)) if recent else None
 
 
 def unread_margin(history: list, changed: frozenset[str] | None = None) -> float:

@@ -383,7 +383,8 @@ def _compute_and_write_metered(env: Environment, table, step: Step, began: float
             faults.point("after_read_changes", table.name)
             if not ctx.changed(plan):  # every change consolidated away: nothing to write
                 return _commit(table, step, env, phases, began, meter, rows_read=rows_read)
-            _weigh(env, table, step, history, rows_read)
+            step.detail["spark_changes"] = sorted(set(ctx.spark_changes))
+            _weigh(env, table, step, history, rows_read, spark_path=bool(ctx.spark_changes))
             # the epoch-start snapshots the delta rules read (planned here, read below) are Delta's to refuse, too
             refused = partial(reasons.refusals, f"the inputs of {table.name!r} as of this epoch's start")
             with refused():
@@ -437,16 +438,16 @@ def _weigh_unread(env: Environment, table, step: Step, history: list[Step], inpu
     the rows expected of them make far cheaper is raised as `reasons.Costly` unread."""
     if not env.cost_model or table.strict:
         return
-    logged = rescan.logged_rows(env, inputs)
-    if logged is None:  # a commit without metrics: weighed once read
+    by_input = rescan.logged_rows_by_input(env, inputs)
+    if by_input is None:  # a commit without metrics: weighed once read
         return
+    logged = sum(by_input.values())
     step.detail["logged_rows"] = logged
     changed = cost.changed_inputs(step)
     expected = cost.expected_rows(history, logged, changed)
-    least = cost.least_rows(history, logged, changed)  # past driver_rows even at the smallest share: Spark's path
-    estimate = cost.estimate(history, expected, env.driver_rows if least is not None and least > env.driver_rows
-                             else None) if expected is not None else None
-    margin = cost.unread_margin(history, changed)
+    spark_path = env.reads is None or any(not env.reads.holds_changes(rows) for rows in by_input.values())
+    estimate = cost.estimate(history, expected, spark_path, env.driver_rows) if expected is not None else None
+    margin = cost.unread_margin(history, changed) if estimate is None or estimate.path_measured else cost.MARGIN
     if cost.favours_rescan_unread(estimate, margin):
         raise reasons.Costly(
             reasons.Trigger(reasons.COST, f"not read: the inputs' commits logged {logged} changed rows, {expected} "
@@ -458,7 +459,7 @@ def _weigh_unread(env: Environment, table, step: Step, history: list[Step], inpu
             keep_state=estimate.tries_rescan)
 
 
-def _weigh(env: Environment, table, step: Step, history: list[Step], rows_read: int) -> None:
+def _weigh(env: Environment, table, step: Step, history: list[Step], rows_read: int, spark_path: bool) -> None:
     """Ask the cost model (cost.py) about this incremental step, now that its change rows are
     known: its estimate goes into the step's detail, and a rescan it expects to be cheaper is
     raised as `reasons.Costly` (never for a strict table, nor when the engine's model is off).
@@ -470,7 +471,7 @@ def _weigh(env: Environment, table, step: Step, history: list[Step], rows_read: 
     for cost measured yet, cost.Estimate.tries_rescan) keeps the state: if it loses, the table
     goes back to incremental steps without a rebuild."""
     kept = _keeps_state(step)
-    estimate = cost.estimate(history, rows_read, env.driver_rows) \
+    estimate = cost.estimate(history, rows_read, spark_path, env.driver_rows) \
         if env.cost_model and not table.strict else None  # the steps come in seq order
     if estimate is not None:
         step.detail["estimate"] = estimate.as_dict()

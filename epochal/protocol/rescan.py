@@ -274,19 +274,25 @@ def state_trigger(env: Environment, table, last) -> Trigger | None:
     return None
 
 
-def logged_rows(env: Environment, inputs) -> int | None:
-    """The rows the commits of the inputs' changed ranges inserted, updated or deleted, by their
-    metrics (remembered for the refresh: several tables read one range); None when a commit has
-    none to tell."""
-    logged = 0
-    for rng in inputs.values():
+def logged_rows_by_input(env: Environment, inputs) -> dict[str, int] | None:
+    """Per changed input, the rows the commits of its range inserted, updated or deleted, by
+    their metrics (remembered for the refresh: several tables read one range); None when a
+    commit has none to tell."""
+    logged = {}
+    for name, rng in inputs.items():
         if rng.changed and rng.before >= 0:
             rows = env.triggers.remembered(("logged rows", rng.path, rng.before, rng.after),
                                            partial(changed_rows, rng.path, rng.before, rng.after, env.storage_options))
             if rows is None:
                 return None
-            logged += rows
+            logged[name] = rows
     return logged
+
+
+def logged_rows(env: Environment, inputs) -> int | None:
+    """The rows the commits of the inputs' changed ranges logged (`logged_rows_by_input`), in all."""
+    by_input = logged_rows_by_input(env, inputs)
+    return None if by_input is None else sum(by_input.values())
 
 
 def cost_trigger(env: Environment, fraction: float, inputs) -> Trigger | None:
