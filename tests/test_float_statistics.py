@@ -77,6 +77,7 @@ def test_filtered_spark_reads_of_driver_commits_keep_nan_rows(spark, warehouse, 
     _filtered_reads_agree(engine)
 
 
+@pytest.mark.long  # the Spark path (driver_rows=0): make test-long
 def test_a_join_on_a_floating_key_finds_nan_partners_in_a_source_another_writer_wrote(spark, warehouse):
     """A source written by an arrow-based writer (delta-rs here; pandas and polars write alike)
     carries Parquet min/max without NaN. Through Spark (`driver_rows=0`), a join term's partner

@@ -38,6 +38,7 @@ def test_a_range_filter_keeps_every_partner_row_the_join_matches(spark, batch, p
     assert matched <= kept, f"rows the join matches, filtered out: {sorted(matched - kept)}"
 
 
+@pytest.mark.long  # the Spark path, as the conformance suite's struct runs (make test-long)
 def test_partners_joined_on_a_struct_are_read_whole_and_the_join_stays_exact(spark, warehouse):
     """A join on a struct column, on the Spark path: the partner is not filtered to key ranges
     (Spark makes no literal of a struct, and files keep no statistics of one), and each epoch's
