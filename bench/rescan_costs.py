@@ -5,7 +5,7 @@ the result written whole), then a rescan of a table that exists (REQUESTED: reco
 the table, rebuild the state), each beside `engine.recompute(name)` written over a scratch table.
 Prints per table the three times, the rescan's phases, Spark jobs and commits.
 
-    .venv/bin/python -m bench.rescan_costs 1 --queries 3 6 22
+    .venv/bin/python -m bench.rescan_costs 1 --queries 3 6 22 [--spark-reads]
 
 This found the rescan of an existing table 4-5x a recompute (Q22 11.6 s against 2.2 s), which is
 why the cost model never chose one.
@@ -22,7 +22,14 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("scale", type=float)
     parser.add_argument("--queries", type=int, nargs="+", default=list(range(1, 23)))
+    parser.add_argument("--spark-reads", action="store_true",
+                        help="the rescans read every input through Spark, none as a local relation of its "
+                             "rows read on the driver (engine.output_frame), to weigh those reads")
     arguments = parser.parse_args(argv)
+    if arguments.spark_reads:
+        import epochal.engine
+
+        epochal.engine.written_on_driver = lambda schema: False
     from bench.__main__ import LOADED_AT, _engine, _recompute_seconds, _session, _warehouse
 
     spark = _session("12g")
