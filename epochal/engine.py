@@ -67,6 +67,7 @@ from .switching import STEP_SWITCH_INTERVAL, switch_interval
 
 log = logging.getLogger("epochal")
 
+LOCAL_RELATION_ROWS = 10_000  # an input a full recompute reads as a local relation; see output_frame
 DRIVER_ROWS = 500_000  # see storage/commits.py; measured in bench/RESULTS.md (driver commits, and the driver's rows)
 DELTA_FORBIDDEN = re.compile(r"[ ,;{}()\n\t=]")
 
@@ -78,14 +79,16 @@ def _times(count: int) -> str:
 def output_frame(spark: SparkSession, table: "Table", inputs: dict[str, InputRange], side: str,
                  reads: SharedReads | None = None) -> DataFrame:
     """A table's SQL run in full over its inputs at the given side's versions. With `reads`, an
-    input small enough to be read on the driver (shared by the refresh's steps) is a local
-    relation: Delta's snapshot of a version through Spark costs jobs of its own (the log
-    replayed), most of a small table's rescan."""
+    input of at most LOCAL_RELATION_ROWS rows is a local relation of its rows read on the driver
+    (shared by the refresh's steps): Delta's snapshot of a version through Spark costs jobs of its
+    own (the log replayed), most of a small table's rescan. A larger input is Spark's to scan:
+    a local relation's rows cross from Python to the JVM and are planned and shipped whole, which
+    costs more than the scan (bench/rescan_phases.py; bench/RESULTS.md, rescans' phases)."""
     def read(name: str) -> DataFrame:
         found = inputs[name]
         version = found.before if side == "before" else found.after
         if reads is not None and version >= 0 and found.schema is not None and \
-                written_on_driver(found.schema):
+                written_on_driver(found.schema) and _few_rows(reads.rows_at(found.path, version)):
             local = reads.snapshot(spark, found.path, version)
             if local is not None and [(f.name, f.dataType) for f in local.schema.fields] == \
                     [(f.name, f.dataType) for f in found.schema.fields]:
@@ -94,6 +97,10 @@ def output_frame(spark: SparkSession, table: "Table", inputs: dict[str, InputRan
 
     frames = {placeholder: read(name) for placeholder, name in table.compiled.placeholders.items()}
     return spark.sql(table.compiled.recompute_sql, **frames)
+
+
+def _few_rows(rows: int | None) -> bool:
+    return rows is not None and rows <= LOCAL_RELATION_ROWS
 
 
 @dataclass

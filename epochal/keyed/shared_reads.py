@@ -88,6 +88,15 @@ class SharedReads:
         return self._once(("table", path, version),
                           lambda: opened(path, self.storage_options, version))
 
+    def rows_at(self, path: str, version: int) -> int | None:
+        """The rows of the table as of `version`, by its files' statistics; None when they do not tell."""
+        def count() -> int | None:
+            try:
+                return self.table_at(path, version).count()
+            except (DeltaError, OSError, ValueError):
+                return None
+        return self._once(("rows", path, version), count)
+
     def _once(self, key: tuple, read):
         with self._guard:
             lock = self._locks.setdefault(key, threading.Lock())

@@ -1,0 +1,108 @@
+"""Where a rescan's compute goes against a recompute-and-overwrite of the same SQL: each table's
+full result over the input versions of its last epoch, computed the ways the two sides compute it,
+interleaved, in one process, on a warehouse a benchmark left (its tables refreshed at least once).
+
+- `recompute`: the benchmark's recompute-and-overwrite (inputs read by Spark at their versions,
+  the result written over a scratch Delta table);
+- `spark+collect`: the same frame collected to the driver (no write);
+- `spark+limit`: the same frame under the limit a rescan collects it with (`changes.rows_up_to`);
+- `local+limit`: the rescan's own frame (`engine.output_frame` with the refresh's shared reads:
+  inputs of at most `driver_rows` rows as local relations of delta-rs reads) under that limit,
+  with a fresh `SharedReads`, so each repetition pays its delta-rs reads as a one-table refresh does;
+- `local reads`: those delta-rs reads alone (the inputs that would be local relations).
+
+    .venv/bin/python -m bench.rescan_phases /tmp/epochal-bench/cost-rescans-1 --queries 8 14 22 10 19 1
+    .venv/bin/python -m bench.rescan_phases --scale 0.1 --local-rows 5000 10000 25000
+
+Each variant runs `--repeat` times in turn (the first repetition warms the process); the table
+prints the median of the others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from datetime import timedelta
+from pathlib import Path
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("warehouse", nargs="?", help="a warehouse whose tables were refreshed (default: one "
+                                                     "built at --scale, its tables' first run)")
+    parser.add_argument("--scale", type=float, default=0.1)
+    parser.add_argument("--queries", type=int, nargs="+", default=list(range(1, 23)))
+    parser.add_argument("--repeat", type=int, default=4)
+    parser.add_argument("--local-rows", type=int, nargs="*", default=[10_000, 50_000],
+                        help="also the rescan's frame with local relations only for inputs of at most this many rows")
+    arguments = parser.parse_args(argv)
+
+    from bench.__main__ import LOADED_AT, _engine, _session, _warehouse
+    from epochal.changes import InputRange, rows_up_to
+    from epochal.engine import output_frame
+    from epochal.keyed.shared_reads import SharedReads
+    from epochal.protocol.writes import written_on_driver
+
+    spark = _session("12g")
+    names = [f"tpch_q{q:02d}" for q in arguments.queries]
+    root = arguments.warehouse or _warehouse(spark, Path("/tmp/epochal-bench"), arguments.scale,
+                                             f"rescan-phases-{arguments.scale:g}")
+    engine = _engine(spark, root, names)
+    if not arguments.warehouse:
+        engine.refresh(until=LOADED_AT + timedelta(minutes=15))
+    limit = engine.driver_rows
+
+    def inputs_of(name):
+        last = engine.table(name).ledger.last_committed()
+        return {n: InputRange(n, engine.path_of(n), "source" if n in engine.sources else "derived", v["from"],
+                              v["to"], engine.schema_of(n)) for n, v in last.inputs.items()}
+
+    def shared(rows=None):
+        return SharedReads(engine.storage_options, engine.driver_rows if rows is None else rows,
+                           engine._columns_read(names))
+
+    def variants(name):
+        table, inputs = engine.table(name), inputs_of(name)
+        scratch = f"{root}/_rescan_phases/{name}"
+
+        def recompute():
+            output_frame(spark, table, inputs, "after").write.format("delta").mode("overwrite") \
+                .option("overwriteSchema", "true").save(scratch)
+
+        def local_reads():
+            reads = shared()
+            for found in inputs.values():
+                if found.schema is not None and written_on_driver(found.schema):
+                    reads.snapshot_rows(found.path, found.after)
+
+        return {
+            "recompute": recompute,
+            "spark+collect": lambda: output_frame(spark, table, inputs, "after").toArrow(),
+            "spark+limit": lambda: rows_up_to(output_frame(spark, table, inputs, "after"), limit),
+            "local+limit": lambda: rows_up_to(output_frame(spark, table, inputs, "after", shared()), limit),
+            "local reads": local_reads,
+            **{f"local<={rows // 1000}k": (lambda rows=rows: rows_up_to(
+                output_frame(spark, table, inputs, "after", shared(rows)), limit)) for rows in arguments.local_rows},
+        }
+
+    kinds = list(variants(names[0]))
+    print(f"{'table':<10}" + "".join(f"{k:>15}" for k in kinds), flush=True)
+    totals = {k: 0.0 for k in kinds}
+    for name in names:
+        runs = variants(name)
+        seconds = {k: [] for k in kinds}
+        for _ in range(arguments.repeat):
+            for kind, run in runs.items():
+                began = time.perf_counter()
+                run()
+                seconds[kind].append(time.perf_counter() - began)
+        medians = {k: statistics.median(v[1:] or v) for k, v in seconds.items()}
+        for k in kinds:
+            totals[k] += medians[k]
+        print(f"{name:<10}" + "".join(f"{medians[k]:>15.2f}" for k in kinds), flush=True)
+    print(f"{'all':<10}" + "".join(f"{totals[k]:>15.2f}" for k in kinds))
+
+
+if __name__ == "__main__":
+    main()
