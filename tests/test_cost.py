@@ -123,25 +123,25 @@ def test_shares_count_steps_that_read_their_change_before_rescanning_and_not_tho
     history = [step("rescan", 5.0, reason="FIRST_RUN"), read("incremental", 0.1, 100, 110),
                read("rescan", 4.0, 1000, 1200), read("rescan", 3.0, 1000, 1100, unread=True)]
     assert cost.shares(history) == [1.1, 1.2]
-    assert cost.expected_rows(history, 2000) == 2300
+    assert cost.expected_rows(cost.shares(history), 2000) == 2300
 
 
 def test_the_margin_before_reading_is_the_shares_spread_and_early_until_two_tell_it():
     one = [step("rescan", 5.0, reason="FIRST_RUN"), read("incremental", 0.1, 100, 100)]
-    assert cost.unread_margin(one) == cost.EARLY
+    assert cost.unread_margin(cost.shares(one)) == cost.EARLY
     steady = one + [read("rescan", 4.0, 1000, 1000)]
-    assert cost.unread_margin(steady) == pytest.approx(cost.MARGIN)
+    assert cost.unread_margin(cost.shares(steady)) == pytest.approx(cost.MARGIN)
     varied = one + [read("incremental", 0.1, 100, 300), read("incremental", 0.1, 100, 200)]
-    assert cost.unread_margin(varied) == pytest.approx(cost.MARGIN * 2.0)  # median 2 over the least, 1
+    assert cost.unread_margin(cost.shares(varied)) == pytest.approx(cost.MARGIN * 2.0)  # median 2 over the least, 1
     wild = one + [read("incremental", 0.1, 100, 1000), read("incremental", 0.1, 100, 900)]
-    assert cost.unread_margin(wild) == cost.EARLY  # 9x spread: capped
+    assert cost.unread_margin(cost.shares(wild)) == cost.EARLY  # 9x spread: capped
     consolidated = one + [read("incremental", 0.1, 100, 0)]
-    assert cost.unread_margin(consolidated) == cost.EARLY
+    assert cost.unread_margin(cost.shares(consolidated)) == cost.EARLY
     # 1,000 logged rows expected to bring 1,000: 1 s scaled by 10 against a first run's 5 s / 1.4
-    estimate = cost.estimate(steady, cost.expected_rows(steady, 10_000))
+    estimate = cost.estimate(steady, cost.expected_rows(cost.shares(steady), 10_000))
     assert estimate.incremental > cost.MARGIN * estimate.rescan and estimate.incremental < cost.EARLY * estimate.rescan
-    assert cost.favours_rescan_unread(estimate, cost.unread_margin(steady))
-    assert not cost.favours_rescan_unread(estimate, cost.unread_margin(one))
+    assert cost.favours_rescan_unread(estimate, cost.unread_margin(cost.shares(steady)))
+    assert not cost.favours_rescan_unread(estimate, cost.unread_margin(cost.shares(one)))
 
 
 def phased(seconds: float, rows: int, **phases: float) -> Step:
@@ -210,8 +210,8 @@ def test_shares_are_those_of_steps_that_changed_the_same_inputs_where_there_are_
                changing(read("incremental", 0.1, 100, 220), "orders", "lineitem")]
     both = frozenset({"orders", "lineitem"})
     assert cost.shares(history, both) == [2.0, 2.2]
-    assert cost.unread_margin(history, both) == pytest.approx(cost.MARGIN * 2.1 / 2.0)
-    assert cost.unread_margin(history) == cost.EARLY
+    assert cost.unread_margin(cost.shares(history, both)) == pytest.approx(cost.MARGIN * 2.1 / 2.0)
+    assert cost.unread_margin(cost.shares(history)) == cost.EARLY
     assert cost.shares(history, frozenset({"lineitem"})) == [0.0]
     assert cost.shares(history, frozenset({"orders"})) == [2.0, 0.0, 2.2]  # none alike: every step's
 
@@ -223,3 +223,18 @@ def test_a_larger_change_is_scaled_from_the_steps_of_the_most_rows():
                phased(2.0, 1000, compute=2.0), phased(1.5, 600, compute=1.5)]
     found = cost.estimate(history, 10_000)
     assert (found.incremental, found.incremental_seen) == (pytest.approx((20.0 + 25.0) / 2), 2)
+
+
+def test_a_change_on_the_driver_far_past_every_measured_step_is_measured_not_scaled():
+    """One step of 40 rows scaled to 4,000 multiplies its fixed costs a hundredfold (TPC-H Q2 at
+    scale 1: 28.2 s estimated, a step of 4,000 rows on the driver takes a fraction of one): past
+    EXTRAPOLATE times the rows there is no estimate, so the step runs and is measured. On Spark's
+    path the estimate stands."""
+    history = [step("rescan", 5.0, reason="FIRST_RUN"), spark(phased(0.4, 40, compute=0.3))]
+    assert cost.estimate(history, 40 * cost.EXTRAPOLATE, spark_path=False).incremental == \
+        pytest.approx(0.4 + 0.3 * (cost.EXTRAPOLATE - 1))
+    assert cost.estimate(history, 4000, spark_path=False) is None
+    history.append(spark(phased(0.6, 4000, compute=0.5)))
+    assert cost.estimate(history, 8000, spark_path=False).incremental == pytest.approx(1.1)
+    on_spark = [step("rescan", 5.0, reason="FIRST_RUN"), spark(phased(0.4, 40, compute=0.3), "orders")]
+    assert cost.estimate(on_spark, 4000, spark_path=True).favours_rescan

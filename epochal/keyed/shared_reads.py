@@ -111,13 +111,26 @@ class SharedReads:
         change feed (pre- and post-image), so twice the logged rows must fit."""
         return 2 * logged <= (self.driver_rows if limit is None else limit)
 
+    def holds_range(self, path: str, logged: int | None, limit: int | None = None) -> bool:
+        """Whether the change batch of a range of the table at `path` whose commits logged
+        `logged` rows is read on the driver (`change_rows`): it fits (`holds_changes`), and
+        delta-rs reads the table as Spark does (no column mapping, no deletion vectors, ...)."""
+        return logged is not None and self.holds_changes(logged, limit) and self._alike(path)
+
+    def _alike(self, path: str) -> bool:
+        def alike() -> bool:
+            try:
+                return delta_rs_reads_alike(opened(path, self.storage_options))
+            except (DeltaError, OSError):
+                return False
+        return self._once(("alike", path), alike)
+
     def _changes(self, path: str, before: int, after: int, limit: int | None = None) -> pa.Table | None:
-        rows = changed_rows(path, before, after, self.storage_options)
-        if rows is None or not self.holds_changes(rows, limit):
+        if not self.holds_range(path, changed_rows(path, before, after, self.storage_options), limit):
             return None
         try:
             table = opened(path, self.storage_options)
-            if not delta_rs_reads_alike(table):
+            if not delta_rs_reads_alike(table):  # as the table is now (holds_range remembers its first answer)
                 return None
             return pa.table(table.load_cdf(starting_version=before + 1, ending_version=after).read_all())
         except (DeltaError, OSError):  # Spark reads it, and names what is wrong where it cannot

@@ -31,12 +31,20 @@ Estimates, each a median so that one step slowed by a busy machine does not deci
   the path is told by the batches, not by the rows that reached the plan: at scale 1, a tenth of
   TPC-H's orders changed logs 450,000 rows of orders, Spark's to read, of which 92,546 change
   rows reached Q22's plan, well within `driver_rows` (estimated at 2.9 s from its steps on the
-  driver, the step took 29.6 s against a 9.5 s recompute). Before a Spark-path step was measured, one is expected to cost at
-  least SPARK_PATH_UNMEASURED times a rescan for cost (measured: 0.8 to 13 times the recompute, 6
-  in the median), and the rescan that wins is not tried but run for cost (no state kept): the
-  state such a step would have kept is what a Spark-path step reads in full, and rebuilding it
-  when a small change comes is a rescan's cost once, where keeping it costs one in every large
-  epoch.
+  driver, the step took 29.6 s against a 9.5 s recompute). Before a Spark-path step was
+  measured, one is expected to cost at least SPARK_PATH_UNMEASURED times a rescan for cost
+  (measured: 0.8 to 13 times the recompute, 6 in the median), and the rescan that wins is not
+  tried but run for cost (no state kept): the state such a step would have kept is what a
+  Spark-path step reads in full, and rebuilding it when a small change comes is a rescan's cost
+  once, where keeping it costs one in every large epoch.
+- how far: a change on the driver of more than EXTRAPOLATE times the rows of every measured step
+  gets no estimate, and runs incrementally (so it is measured). Scaled from a step of few rows,
+  its fixed costs would be multiplied with the rows: TPC-H Q2 at scale 1, one step of a few dozen
+  rows, was estimated at 28.2 s for 4,000 rows and tried a rescan keeping the state (7.9 s against
+  a 3.2 s recompute, `python -m bench.cost_rescans 1`), where a step on the driver of 4,000 rows
+  costs a fraction of a second. On the driver a step is bounded by `driver_rows`, so the
+  measurement costs little; on Spark's path, where steps grew far past linearly, no bound holds and
+  the estimate stands.
 - rescan: the last RESCAN_SEEN rescans for cost (they write the output only, epoch._weigh); before
   the first, the last rescans of any kind, first run included, without the seconds they spent
   building the state. A first run overstates a rescan for cost: it runs cold, beside every other
@@ -88,6 +96,7 @@ from ..reasons import COST, NOT_KEPT, STATE_MISSING
 INCREMENTAL_SEEN = 5
 SCALED = ("read changes", "compute")
 SPARK_PATH_UNMEASURED = 2.0
+EXTRAPOLATE = 20
 RESCAN_SEEN = 3
 MARGIN = 1.25
 EARLY = 4.0
@@ -125,8 +134,8 @@ class Estimate:
         if self.tries_rescan and choice == "rescanning":
             choice = "no rescan for cost was measured yet, so one is tried"
         basis = (f"from {self.incremental_seen} past step(s)" if self.path_measured else
-                 f"at least {SPARK_PATH_UNMEASURED:g}x the rescan: a change batch past driver_rows is Spark's to compute, and no "
-                 "step of the table was measured there yet")
+                 f"at least {SPARK_PATH_UNMEASURED:g}x the rescan: a change batch past driver_rows is Spark's to "
+                 "compute, and no step of the table was measured there yet")
         kept = self.rescan_measured or not self.path_measured
         return (f"an incremental step of {self.rows} change rows is estimated at {self.incremental:.1f} s "
                 f"({basis}), a rescan {'at' if kept else 'keeping the state at'} {self.rescan:.1f} s (from "
@@ -146,7 +155,8 @@ def _for_cost(step) -> bool:
 def estimate(history: list, rows: int, spark_path: bool | None = None, driver_rows: int = 0) -> Estimate | None:
     """The estimate for a step reading `rows` change rows, from `history` (the table's committed
     steps, oldest first); None when the history holds no step of one of the kinds, or when the
-    last EXPLORE_AFTER steps that computed anything were all rescans for cost (this step explores).
+    last EXPLORE_AFTER steps that computed anything were all rescans for cost (this step explores),
+    or when a change on the driver is more than EXTRAPOLATE times the rows of every step measured there.
     With `spark_path` (whether a change batch of the step is Spark's), it is estimated from the
     steps of its path (above; `driver_rows` tells the path of steps recorded without it)."""
     working = [s for s in history if _computed(s) or s.technique == "rescan"]
@@ -162,6 +172,8 @@ def estimate(history: list, rows: int, spark_path: bool | None = None, driver_ro
     if not incremental or not rescans:
         return None
     largest = max(s.rows_read for s in incremental)
+    if spark_path is False and on_path and rows > EXTRAPOLATE * largest:
+        return None
     incremental = [s for s in incremental if 2 * s.rows_read >= largest]
     scaled = statistics.median(_scaled(s, rows) for s in incremental)
     output = statistics.median(_rescan_seconds(s, keeps_state=False) for s in rescans)
@@ -214,18 +226,16 @@ def shares(history: list, changed: frozenset[str] | None = None) -> list[float]:
     return (alike or [share for _, share in found])[-INCREMENTAL_SEEN:]
 
 
-def expected_rows(history: list, logged: int, changed: frozenset[str] | None = None) -> int | None:
+def expected_rows(recent: list[float], logged: int) -> int | None:
     """The change rows a step whose inputs' commits logged `logged` rows is expected to read:
-    `logged` times the median of the recent `shares`; None before any."""
-    recent = shares(history, changed)
+    `logged` times the median of the `recent` shares (`shares`); None before any."""
     return round(logged * statistics.median(recent)) if recent else None
 
 
-def unread_margin(history: list, changed: frozenset[str] | None = None) -> float:
+def unread_margin(recent: list[float]) -> float:
     """How far an estimate made before reading must exceed the rescan's for the step to rescan
-    unread: MARGIN times the median recent share over the smallest, at most EARLY; EARLY when
-    fewer than two shares, or one of 0, tell the spread."""
-    recent = shares(history, changed)
+    unread: MARGIN times the median of the `recent` shares (`shares`) over the smallest, at most
+    EARLY; EARLY when fewer than two shares, or one of 0, tell the spread."""
     if len(recent) < 2 or min(recent) <= 0:
         return EARLY
     return min(EARLY, MARGIN * statistics.median(recent) / min(recent))

@@ -384,7 +384,7 @@ def _compute_and_write_metered(env: Environment, table, step: Step, began: float
             if not ctx.changed(plan):  # every change consolidated away: nothing to write
                 return _commit(table, step, env, phases, began, meter, rows_read=rows_read)
             step.detail["spark_changes"] = sorted(set(ctx.spark_changes))
-            _weigh(env, table, step, history, rows_read, spark_path=bool(ctx.spark_changes))
+            _weigh(env, table, step, history, rows_read)
             # the epoch-start snapshots the delta rules read (planned here, read below) are Delta's to refuse, too
             refused = partial(reasons.refusals, f"the inputs of {table.name!r} as of this epoch's start")
             with refused():
@@ -443,11 +443,12 @@ def _weigh_unread(env: Environment, table, step: Step, history: list[Step], inpu
         return
     logged = sum(by_input.values())
     step.detail["logged_rows"] = logged
-    changed = cost.changed_inputs(step)
-    expected = cost.expected_rows(history, logged, changed)
-    spark_path = env.reads is None or any(not env.reads.holds_changes(rows) for rows in by_input.values())
+    recent = cost.shares(history, cost.changed_inputs(step))
+    expected = cost.expected_rows(recent, logged)
+    spark_path = env.reads is None or not all(env.reads.holds_range(inputs[name].path, rows)
+                                              for name, rows in by_input.items())
     estimate = cost.estimate(history, expected, spark_path, env.driver_rows) if expected is not None else None
-    margin = cost.unread_margin(history, changed) if estimate is None or estimate.path_measured else cost.MARGIN
+    margin = cost.unread_margin(recent) if estimate is None or estimate.path_measured else cost.MARGIN
     if cost.favours_rescan_unread(estimate, margin):
         raise reasons.Costly(
             reasons.Trigger(reasons.COST, f"not read: the inputs' commits logged {logged} changed rows, {expected} "
@@ -459,9 +460,10 @@ def _weigh_unread(env: Environment, table, step: Step, history: list[Step], inpu
             keep_state=estimate.tries_rescan)
 
 
-def _weigh(env: Environment, table, step: Step, history: list[Step], rows_read: int, spark_path: bool) -> None:
-    """Ask the cost model (cost.py) about this incremental step, now that its change rows are
-    known: its estimate goes into the step's detail, and a rescan it expects to be cheaper is
+def _weigh(env: Environment, table, step: Step, history: list[Step], rows_read: int) -> None:
+    """Ask the cost model (cost.py) about this incremental step, now that its change rows and
+    their path (`spark_changes` in its detail) are known: its estimate goes into the step's
+    detail, and a rescan it expects to be cheaper is
     raised as `reasons.Costly` (never for a strict table, nor when the engine's model is off).
 
     A rescan for COST writes the output only: building the state costs as much again, and the
@@ -471,7 +473,7 @@ def _weigh(env: Environment, table, step: Step, history: list[Step], rows_read: 
     for cost measured yet, cost.Estimate.tries_rescan) keeps the state: if it loses, the table
     goes back to incremental steps without a rebuild."""
     kept = _keeps_state(step)
-    estimate = cost.estimate(history, rows_read, spark_path, env.driver_rows) \
+    estimate = cost.estimate(history, rows_read, bool(step.detail.get("spark_changes")), env.driver_rows) \
         if env.cost_model and not table.strict else None  # the steps come in seq order
     if estimate is not None:
         step.detail["estimate"] = estimate.as_dict()
