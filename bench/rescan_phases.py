@@ -59,8 +59,7 @@ def main(argv=None) -> None:
                               v["to"], engine.schema_of(n)) for n, v in last.inputs.items()}
 
     def shared(rows=None):
-        return SharedReads(engine.storage_options, engine.driver_rows if rows is None else rows,
-                           engine._columns_read(names))
+        return SharedReads(engine.storage_options, engine.driver_rows if rows is None else rows)
 
     def variants(name):
         table, inputs = engine.table(name), inputs_of(name)
