@@ -171,7 +171,7 @@ def test_a_spark_path_step_is_estimated_from_steps_of_its_path_and_before_one_fr
     first = step("rescan", 14.0, reason="FIRST_RUN")
     first.detail["phases"]["write state"] = 7.0  # the output: 7 s / 1.4 = 5 s
     history = [first, spark(phased(0.5, 100, compute=0.5))]
-    assert not cost.estimate(history, 400, spark_path=False).favours_rescan  # on the driver: 2 s
+    assert not cost.estimate(history, 4000, spark_path=False).favours_rescan  # on the driver: 2 s
     spark_path = cost.estimate(history, 400, spark_path=True)
     assert (spark_path.incremental, spark_path.rescan) == (pytest.approx(cost.SPARK_PATH_UNMEASURED * 5.0),
                                                            pytest.approx(5.0))
@@ -180,7 +180,7 @@ def test_a_spark_path_step_is_estimated_from_steps_of_its_path_and_before_one_fr
     assert "keeping the state" not in spark_path.describe()
     large = spark(phased(400.0, 2000, compute=400.0), "orders")  # the first Spark-path step: 0.2 s a row
     assert cost.estimate(history + [large], 4000, spark_path=True).incremental == pytest.approx(800.0)
-    assert cost.estimate(history + [large], 400, spark_path=False).incremental == pytest.approx(2.0)
+    assert cost.estimate(history + [large], 4000, spark_path=False).incremental == pytest.approx(2.0)
     history.append(spark(phased(3.0, 800, compute=3.0), "orders"))
     measured = cost.estimate(history, 1000, spark_path=True)
     assert (measured.incremental, measured.incremental_seen, measured.path_measured) == (pytest.approx(3.75), 1, True)
@@ -226,15 +226,30 @@ def test_a_larger_change_is_scaled_from_the_steps_of_the_most_rows():
 
 
 def test_a_change_on_the_driver_far_past_every_measured_step_is_measured_not_scaled():
-    """One step of 40 rows scaled to 4,000 multiplies its fixed costs a hundredfold (TPC-H Q2 at
-    scale 1: 28.2 s estimated, a step of 4,000 rows on the driver takes a fraction of one): past
-    EXTRAPOLATE times the rows there is no estimate, so the step runs and is measured. On Spark's
-    path the estimate stands."""
-    history = [step("rescan", 5.0, reason="FIRST_RUN"), spark(phased(0.4, 40, compute=0.3))]
-    assert cost.estimate(history, 40 * cost.EXTRAPOLATE, spark_path=False).incremental == \
-        pytest.approx(0.4 + 0.3 * (cost.EXTRAPOLATE - 1))
-    assert cost.estimate(history, 4000, spark_path=False) is None
-    history.append(spark(phased(0.6, 4000, compute=0.5)))
-    assert cost.estimate(history, 8000, spark_path=False).incremental == pytest.approx(1.1)
+    """One step of 4,000 rows scaled to 200,000 multiplies its fixed costs fiftyfold: past
+    EXTRAPOLATE times the rows there is no estimate, so the step runs and is measured. A step of
+    fewer than FIXED_COST_ROWS counts as that many here too. On Spark's path the estimate stands."""
+    history = [step("rescan", 5.0, reason="FIRST_RUN"), spark(phased(0.6, 4000, compute=0.5))]
+    assert cost.estimate(history, 4000 * cost.EXTRAPOLATE, spark_path=False).incremental == \
+        pytest.approx(0.6 + 0.5 * (cost.EXTRAPOLATE - 1))
+    assert cost.estimate(history, 4000 * cost.EXTRAPOLATE + 1, spark_path=False) is None
+    few = [step("rescan", 5.0, reason="FIRST_RUN"), spark(phased(0.4, 40, compute=0.3))]
+    assert cost.estimate(few, cost.FIXED_COST_ROWS * cost.EXTRAPOLATE, spark_path=False) is not None
+    assert cost.estimate(few, cost.FIXED_COST_ROWS * cost.EXTRAPOLATE + 1, spark_path=False) is None
     on_spark = [step("rescan", 5.0, reason="FIRST_RUN"), spark(phased(0.4, 40, compute=0.3), "orders")]
     assert cost.estimate(on_spark, 4000, spark_path=True).favours_rescan
+
+
+def test_a_step_of_few_rows_on_the_driver_is_scaled_from_fixed_cost_rows():
+    """Below FIXED_COST_ROWS a step on the driver is its fixed costs: TPC-H Q14 at scale 0.1, a
+    step of 1 change row (0.69 s, 0.38 s computing) scaled to 17 rows said 7.2 s and tried a
+    rescan keeping the state at twice its recompute. Scaled from FIXED_COST_ROWS, 17 rows cost
+    what the step cost, and ten times FIXED_COST_ROWS ten times its compute; on Spark's path the
+    step's own rows."""
+    history = [step("rescan", 7.0, reason="FIRST_RUN"), spark(phased(0.69, 1, start=0.31, compute=0.38))]
+    assert cost.estimate(history, 17, spark_path=False).incremental == pytest.approx(0.69)
+    assert not cost.estimate(history, 17, spark_path=False).favours_rescan
+    assert cost.estimate(history, 10 * cost.FIXED_COST_ROWS, spark_path=False).incremental == \
+        pytest.approx(0.69 + 0.38 * 9)
+    on_spark = [step("rescan", 7.0, reason="FIRST_RUN"), spark(phased(0.69, 1, start=0.31, compute=0.38), "orders")]
+    assert cost.estimate(on_spark, 17, spark_path=True).incremental == pytest.approx(0.69 + 0.38 * 16)

@@ -216,10 +216,11 @@ def test_cost_model_rescans_a_change_its_history_says_is_cheaper_to_recompute(sp
     seconds, far above the rescan even before they are read: the step rescans for COST unread,
     with both estimates, stays exact, and the table reading it stays incremental. The same change
     under a strict table, or with the model off, stays incremental. (The estimate scales a step
-    of 2 rows 400 times: past cost.EXTRAPOLATE, which the model otherwise measures rather than
-    scales, as the last engine here shows; lifted so that a test table's small steps make the
-    history.)"""
+    of 2 rows 400 times: below cost.FIXED_COST_ROWS, from which the model otherwise scales a step
+    on the driver, and past cost.EXTRAPOLATE, as the last engine here shows; both lifted so that
+    a test table's small steps make the history.)"""
     monkeypatch.setattr(cost, "EXTRAPOLATE", 1e9)
+    monkeypatch.setattr(cost, "FIXED_COST_ROWS", 1)
     root = f"{warehouse}/{uuid.uuid4().hex[:8]}"
     a = SyntheticSource(spark, f"{root}/sources/a", SCHEMA, ROWS)
     engine = build(spark, root, cost_model=True)
@@ -266,7 +267,7 @@ def test_cost_model_rescans_a_change_its_history_says_is_cheaper_to_recompute(sp
         b.insert([(1000 + i, "xyz"[i % 3], i, "w") for i in range(400)])
         assert {r.technique for r in refreshed(engine).values()} == {"incremental"}, options
 
-    monkeypatch.undo()  # the default: 400 times the rows of the one step measured is measured, not scaled
+    monkeypatch.undo()  # the default: 400 rows on the driver, below FIXED_COST_ROWS, cost what the step of 2 cost
     other = f"{warehouse}/{uuid.uuid4().hex[:8]}"
     c = SyntheticSource(spark, f"{other}/sources/a", SCHEMA, ROWS)
     engine = build(spark, other, cost_model=True)
@@ -276,7 +277,9 @@ def test_cost_model_rescans_a_change_its_history_says_is_cheaper_to_recompute(sp
     c.insert([(1000 + i, "xyz"[i % 3], i, "w") for i in range(400)])
     measured = refreshed(engine)["t"]
     assert (measured.technique, measured.rows_read) == ("incremental", 400), measured
-    assert "estimate" not in engine.table("t").ledger.last_committed().detail
+    history = engine.table("t").ledger.committed()
+    estimate = history[-1].detail["estimate"]
+    assert (estimate["rows"], estimate["incremental"]) == (400, pytest.approx(history[-2].seconds, abs=1e-3)), estimate
 
 
 @pytest.mark.long  # measured epochs, as the test above

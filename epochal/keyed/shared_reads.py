@@ -138,8 +138,9 @@ class SharedReads:
 
     def _snapshot(self, path: str, version: int, limit: int) -> pa.Table | None:
         try:
+            rows = self.rows_at(path, version)
             table = self.table_at(path, version)
-            if not delta_rs_reads_alike(table) or table.count() > limit:  # count: the files' statistics
+            if rows is None or rows > limit or not delta_rs_reads_alike(table):
                 return None
             return pa.table(table.to_pyarrow_table())
         except (DeltaError, OSError, ValueError):  # no statistics, or unreadable here: Spark's to read

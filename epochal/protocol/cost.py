@@ -37,6 +37,12 @@ Estimates, each a median so that one step slowed by a busy machine does not deci
   tried but run for cost (no state kept): the state such a step would have kept is what a
   Spark-path step reads in full, and rebuilding it when a small change comes is a rescan's cost
   once, where keeping it costs one in every large epoch.
+- few rows: a step on the driver of fewer than FIXED_COST_ROWS change rows is scaled as if it had
+  read that many. Below it a step's compute is its fixed costs whatever its rows (TPC-H at scale
+  0.1, from 300 to 30,000 change rows, most tables' compute stayed within a few tenths of a
+  second; at scale 1 the costliest per row, Q2, grew from 1.1 s at 400 rows to 3.4 s at 4,000,
+  bench/RESULTS.md), and one step of 17 change rows scaled from a step of 1 estimated 7.2 s and
+  tried a rescan keeping the state (Q14, twice its recompute). On Spark's path no floor holds.
 - how far: a change on the driver of more than EXTRAPOLATE times the rows of every measured step
   gets no estimate, and runs incrementally (so it is measured). Scaled from a step of few rows,
   its fixed costs would be multiplied with the rows: TPC-H Q2 at scale 1, one step of a few dozen
@@ -44,7 +50,7 @@ Estimates, each a median so that one step slowed by a busy machine does not deci
   a 3.2 s recompute, `python -m bench.cost_rescans 1`), where a step on the driver of 4,000 rows
   costs a fraction of a second. On the driver a step is bounded by `driver_rows`, so the
   measurement costs little; on Spark's path, where steps grew far past linearly, no bound holds and
-  the estimate stands.
+  the estimate stands. The rows of a step below FIXED_COST_ROWS count as FIXED_COST_ROWS here too.
 - rescan: the last RESCAN_SEEN rescans for cost (they write the output only, epoch._weigh); before
   the first, the last rescans of any kind, first run included, without the seconds they spent
   building the state. A first run overstates a rescan for cost: it runs cold, beside every other
@@ -96,6 +102,7 @@ from ..reasons import COST, NOT_KEPT, STATE_MISSING
 INCREMENTAL_SEEN = 5
 SCALED = ("read changes", "compute")
 SPARK_PATH_UNMEASURED = 2.0
+FIXED_COST_ROWS = 1_000
 EXTRAPOLATE = 20
 RESCAN_SEEN = 3
 MARGIN = 1.25
@@ -172,10 +179,10 @@ def estimate(history: list, rows: int, spark_path: bool | None = None, driver_ro
     if not incremental or not rescans:
         return None
     largest = max(s.rows_read for s in incremental)
-    if spark_path is False and on_path and rows > EXTRAPOLATE * largest:
+    if spark_path is False and on_path and rows > EXTRAPOLATE * max(largest, FIXED_COST_ROWS):
         return None
     incremental = [s for s in incremental if 2 * s.rows_read >= largest]
-    scaled = statistics.median(_scaled(s, rows) for s in incremental)
+    scaled = statistics.median(_scaled(s, rows, on_spark_path(s, driver_rows)) for s in incremental)
     output = statistics.median(_rescan_seconds(s, keeps_state=False) for s in rescans)
     if spark_path and not on_path:
         return Estimate(max(scaled, SPARK_PATH_UNMEASURED * output), output, len(incremental), len(rescans), rows,
@@ -191,12 +198,13 @@ def on_spark_path(step, driver_rows: int) -> bool:
     return bool(detail["spark_changes"]) if "spark_changes" in detail else step.rows_read > driver_rows
 
 
-def _scaled(step, rows: int) -> float:
+def _scaled(step, rows: int, spark_path: bool) -> float:
     """A past incremental step's seconds for a change of `rows` rows: its SCALED phases scaled by
-    the rows relative to its own, never down."""
+    the rows relative to its own (at least FIXED_COST_ROWS on the driver), never down."""
     phases = (step.detail or {}).get("phases") or {}
     grows = min(step.seconds, sum(phases.get(name, 0.0) for name in SCALED))
-    return step.seconds + grows * (max(1.0, rows / step.rows_read) - 1.0)
+    measured = step.rows_read if spark_path else max(step.rows_read, FIXED_COST_ROWS)
+    return step.seconds + grows * (max(1.0, rows / measured) - 1.0)
 
 
 def changed_inputs(step) -> frozenset[str]:
