@@ -15,7 +15,10 @@ interleaved, in one process, on a warehouse a benchmark left (its tables refresh
     .venv/bin/python -m bench.rescan_phases --scale 0.1 --local-rows 5000 10000 25000
 
 Each variant runs `--repeat` times in turn (the first repetition warms the process); the table
-prints the median of the others.
+prints the median of the others. With `--at-once N`, N tables run each variant at once, in
+threads (as the benchmark runs N steps, and N recomputes, beside each other), each timed alone:
+
+    .venv/bin/python -m bench.rescan_phases --scale 0.1 --queries 3 9 20 12 --at-once 2
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 
@@ -34,6 +38,7 @@ def main(argv=None) -> None:
     parser.add_argument("--scale", type=float, default=0.1)
     parser.add_argument("--queries", type=int, nargs="+", default=list(range(1, 23)))
     parser.add_argument("--repeat", type=int, default=4)
+    parser.add_argument("--at-once", type=int, default=1, help="tables running each variant at once")
     parser.add_argument("--local-rows", type=int, nargs="*", default=[10_000, 50_000],
                         help="also the rescan's frame with local relations only for inputs of at most this many rows")
     arguments = parser.parse_args(argv)
@@ -85,23 +90,30 @@ def main(argv=None) -> None:
                 output_frame(spark, table, inputs, "after", shared(rows)), limit)) for rows in arguments.local_rows},
         }
 
+    def timed(run) -> float:
+        began = time.perf_counter()
+        run()
+        return time.perf_counter() - began
+
     kinds = list(variants(names[0]))
     print(f"{'table':<10}" + "".join(f"{k:>15}" for k in kinds), flush=True)
     totals = {k: 0.0 for k in kinds}
-    for name in names:
-        runs = variants(name)
-        seconds = {k: [] for k in kinds}
-        for _ in range(arguments.repeat):
-            for kind, run in runs.items():
-                began = time.perf_counter()
-                run()
-                seconds[kind].append(time.perf_counter() - began)
-        medians = {k: statistics.median(v[1:] or v) for k, v in seconds.items()}
-        for k in kinds:
-            totals[k] += medians[k]
-        print(f"{name:<10}" + "".join(f"{medians[k]:>15.2f}" for k in kinds), flush=True)
+    with ThreadPoolExecutor(arguments.at_once) as pool:
+        for start in range(0, len(names), arguments.at_once):
+            together = names[start:start + arguments.at_once]
+            runs = {name: variants(name) for name in together}
+            seconds = {name: {k: [] for k in kinds} for name in together}
+            for _ in range(arguments.repeat):
+                for kind in kinds:
+                    took = pool.map(lambda name: timed(runs[name][kind]), together)
+                    for name, elapsed in zip(together, took):
+                        seconds[name][kind].append(elapsed)
+            for name in together:
+                medians = {k: statistics.median(v[1:] or v) for k, v in seconds[name].items()}
+                for k in kinds:
+                    totals[k] += medians[k]
+                print(f"{name:<10}" + "".join(f"{medians[k]:>15.2f}" for k in kinds), flush=True)
     print(f"{'all':<10}" + "".join(f"{totals[k]:>15.2f}" for k in kinds))
-
 
 if __name__ == "__main__":
     main()
