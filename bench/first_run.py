@@ -1,0 +1,99 @@
+"""Where a table's first run goes against a recompute-and-overwrite of the same SQL: for each table
+of a warehouse a benchmark left (its tables refreshed at least once), over the input versions of
+its last step, one table at a time in one process:
+
+- `recompute`: the benchmark's recompute-and-overwrite (the SQL over the inputs read by Spark at
+  their versions, the result written over a scratch Delta table), which is also how a first run
+  writes its output (`replace_output`);
+- `build`: queuing the full state of every stateful operator (`Context.build_states`, what a
+  first run does in its compute phase; work done here is eager, the rest is in the writes);
+- one column per state table the first run writes: that state's frame written over a scratch
+  Delta table, with its rows.
+
+    .venv/bin/python -m bench.first_run --scale 1 --queries 1 18 19
+    .venv/bin/python -m bench.first_run /tmp/epochal-bench/cost-rescans-1 --queries 18
+
+Each table runs `--repeat` times (the first warms the process); the median of the others is
+printed. The states' seconds summed against the recompute say how much of a first run is
+computing the inputs again for each operator's state.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from datetime import timedelta
+from pathlib import Path
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("warehouse", nargs="?", help="a warehouse whose tables were refreshed (default: one "
+                                                     "built at --scale, its tables' first run)")
+    parser.add_argument("--scale", type=float, default=0.1)
+    parser.add_argument("--queries", type=int, nargs="+", default=list(range(1, 23)))
+    parser.add_argument("--repeat", type=int, default=2)
+    arguments = parser.parse_args(argv)
+
+    from deltalake import DeltaTable
+
+    from bench.__main__ import LOADED_AT, _engine, _session, _warehouse
+    from epochal.changes import InputRange
+    from epochal.engine import output_frame
+    from epochal.keyed.state import StateStore
+    from epochal.protocol.context import Context
+
+    spark = _session("12g")
+    names = [f"tpch_q{q:02d}" for q in arguments.queries]
+    root = arguments.warehouse or _warehouse(spark, Path("/tmp/epochal-bench"), arguments.scale,
+                                             f"first-run-{arguments.scale:g}")
+    engine = _engine(spark, root, names)
+    if not arguments.warehouse:
+        engine.refresh(until=LOADED_AT + timedelta(minutes=15))
+
+    def inputs_of(name):
+        last = engine.table(name).ledger.last_committed()
+        return {n: InputRange(n, engine.path_of(n), "source" if n in engine.sources else "derived", v["from"],
+                              v["to"], engine.schema_of(n)) for n, v in last.inputs.items()}
+
+    def timed(run) -> float:
+        began = time.perf_counter()
+        run()
+        return time.perf_counter() - began
+
+    total = {"recompute": 0.0, "build": 0.0, "states": 0.0}
+    for name in names:
+        table, inputs = engine.table(name), inputs_of(name)
+        scratch = f"{root}/_first_run/{name}"
+        seconds: dict[str, list[float]] = {}
+        rows: dict[str, int] = {}
+        for _ in range(arguments.repeat):
+            seconds.setdefault("recompute", []).append(timed(lambda: output_frame(
+                spark, table, inputs, "after").write.format("delta").mode("overwrite")
+                .option("overwriteSchema", "true").save(f"{scratch}/output")))
+            state = StateStore(spark, f"{scratch}/unused", {}, engine.storage_options)
+            ctx = Context(spark, table.compiled.plan, inputs, state, rescan=True,
+                          broadcast_rows=engine.broadcast_rows, schemas=engine.schemas)
+            seconds.setdefault("build", []).append(timed(ctx.build_states))
+            for write in state.writes:
+                path = f"{scratch}/state/{write.name}"
+                seconds.setdefault(write.name, []).append(timed(
+                    lambda: write.frame.write.format("delta").mode("overwrite")
+                    .option("overwriteSchema", "true").save(path)))
+                rows[write.name] = DeltaTable(path).count()
+            ctx.unpersist()
+        medians = {k: statistics.median(v[1:] or v) for k, v in seconds.items()}
+        states = {k: v for k, v in medians.items() if k not in ("recompute", "build")}
+        total["recompute"] += medians["recompute"]
+        total["build"] += medians["build"]
+        total["states"] += sum(states.values())
+        print(f"{name}: recompute {medians['recompute']:.2f} s, build {medians['build']:.2f} s, states "
+              f"{sum(states.values()):.2f} s ({sum(states.values()) / medians['recompute']:.2f}x): "
+              + ", ".join(f"{k} {v:.2f} s ({rows[k]:,} rows)" for k, v in states.items()), flush=True)
+    print(f"all: recompute {total['recompute']:.2f} s, build {total['build']:.2f} s, states {total['states']:.2f} s "
+          f"({total['states'] / max(total['recompute'], 1e-9):.2f}x)")
+
+
+if __name__ == "__main__":
+    main()
