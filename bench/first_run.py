@@ -23,39 +23,23 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from datetime import timedelta
-from pathlib import Path
+
+from bench.refreshed import add_arguments, last_inputs, open_warehouse
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("warehouse", nargs="?", help="a warehouse whose tables were refreshed (default: one "
-                                                     "built at --scale, its tables' first run)")
-    parser.add_argument("--scale", type=float, default=0.1)
-    parser.add_argument("--queries", type=int, nargs="+", default=list(range(1, 23)))
+    add_arguments(parser)
     parser.add_argument("--repeat", type=int, default=2)
     arguments = parser.parse_args(argv)
 
     from deltalake import DeltaTable
 
-    from bench.__main__ import LOADED_AT, _engine, _session, _warehouse
-    from epochal.changes import InputRange
     from epochal.engine import output_frame
     from epochal.keyed.state import StateStore
     from epochal.protocol.context import Context
 
-    spark = _session("12g")
-    names = [f"tpch_q{q:02d}" for q in arguments.queries]
-    root = arguments.warehouse or _warehouse(spark, Path("/tmp/epochal-bench"), arguments.scale,
-                                             f"first-run-{arguments.scale:g}")
-    engine = _engine(spark, root, names)
-    if not arguments.warehouse:
-        engine.refresh(until=LOADED_AT + timedelta(minutes=15))
-
-    def inputs_of(name):
-        last = engine.table(name).ledger.last_committed()
-        return {n: InputRange(n, engine.path_of(n), "source" if n in engine.sources else "derived", v["from"],
-                              v["to"], engine.schema_of(n)) for n, v in last.inputs.items()}
+    spark, engine, root, names = open_warehouse(arguments, "first-run")
 
     def timed(run) -> float:
         began = time.perf_counter()
@@ -64,7 +48,7 @@ def main(argv=None) -> None:
 
     total = {"recompute": 0.0, "build": 0.0, "states": 0.0}
     for name in names:
-        table, inputs = engine.table(name), inputs_of(name)
+        table, inputs = engine.table(name), last_inputs(engine, name)
         scratch = f"{root}/_first_run/{name}"
         seconds: dict[str, list[float]] = {}
         rows: dict[str, int] = {}

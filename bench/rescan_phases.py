@@ -27,47 +27,32 @@ import argparse
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
-from pathlib import Path
+
+from bench.refreshed import add_arguments, last_inputs, open_warehouse
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("warehouse", nargs="?", help="a warehouse whose tables were refreshed (default: one "
-                                                     "built at --scale, its tables' first run)")
-    parser.add_argument("--scale", type=float, default=0.1)
-    parser.add_argument("--queries", type=int, nargs="+", default=list(range(1, 23)))
+    add_arguments(parser)
     parser.add_argument("--repeat", type=int, default=4)
     parser.add_argument("--at-once", type=int, default=1, help="tables running each variant at once")
     parser.add_argument("--local-rows", type=int, nargs="*", default=[10_000, 50_000],
                         help="also the rescan's frame with local relations only for inputs of at most this many rows")
     arguments = parser.parse_args(argv)
 
-    from bench.__main__ import LOADED_AT, _engine, _session, _warehouse
-    from epochal.changes import InputRange, rows_up_to
+    from epochal.changes import rows_up_to
     from epochal.engine import output_frame
     from epochal.keyed.shared_reads import SharedReads
     from epochal.protocol.writes import written_on_driver
 
-    spark = _session("12g")
-    names = [f"tpch_q{q:02d}" for q in arguments.queries]
-    root = arguments.warehouse or _warehouse(spark, Path("/tmp/epochal-bench"), arguments.scale,
-                                             f"rescan-phases-{arguments.scale:g}")
-    engine = _engine(spark, root, names)
-    if not arguments.warehouse:
-        engine.refresh(until=LOADED_AT + timedelta(minutes=15))
+    spark, engine, root, names = open_warehouse(arguments, "rescan-phases")
     limit = engine.driver_rows
-
-    def inputs_of(name):
-        last = engine.table(name).ledger.last_committed()
-        return {n: InputRange(n, engine.path_of(n), "source" if n in engine.sources else "derived", v["from"],
-                              v["to"], engine.schema_of(n)) for n, v in last.inputs.items()}
 
     def shared(rows=None):
         return SharedReads(engine.storage_options, engine.driver_rows if rows is None else rows)
 
     def variants(name):
-        table, inputs = engine.table(name), inputs_of(name)
+        table, inputs = engine.table(name), last_inputs(engine, name)
         scratch = f"{root}/_rescan_phases/{name}"
 
         def recompute():
