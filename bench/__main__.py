@@ -102,13 +102,13 @@ def _arguments(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _session(memory: str):
+def start_session(memory: str):
     from resources.session import SparkSettings, delta_spark_session
 
     return delta_spark_session(SparkSettings(driver_memory=memory, shuffle_partitions=4, ui=False))
 
 
-def _warehouse(spark, work: Path, scale: float, name: str) -> str:
+def tpch_warehouse(spark, work: Path, scale: float, name: str) -> str:
     """A fresh warehouse holding TPC-H at `scale` (the load is cached per scale)."""
     from ops.tpch import load_tpch
 
@@ -122,7 +122,7 @@ def _warehouse(spark, work: Path, scale: float, name: str) -> str:
     return str(root)
 
 
-def _engine(spark, root: str, queries: list[str], driver_rows: int | None = None, arrange_rows: int | None = -1,
+def bench_engine(spark, root: str, queries: list[str], driver_rows: int | None = None, arrange_rows: int | None = -1,
             parallelism: int | None = None, switch_interval: float | None = -1):
     from epochal import Engine
 
@@ -191,7 +191,7 @@ def _versions(spark, root: str) -> dict[str, int]:
     return {s: DeltaTable.forPath(spark, f"{root}/sources/{s}").history(1).collect()[0]["version"] for s in SOURCES}
 
 
-def _recompute_seconds(engine, name: str, root: str) -> float:
+def recompute_table_seconds(engine, name: str, root: str) -> float:
     frame = engine.recompute(name)
     return _timed(lambda: frame.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
                   .save(f"{root}/_recompute/{name}"))[0]
@@ -203,7 +203,7 @@ def _recompute_all(engine, names: list[str], root: str) -> tuple[float, dict[str
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max(1, engine.parallelism)) as pool:
-        seconds, each = _timed(lambda: dict(zip(names, pool.map(lambda n: _recompute_seconds(engine, n, root), names))))
+        seconds, each = _timed(lambda: dict(zip(names, pool.map(lambda n: recompute_table_seconds(engine, n, root), names))))
     return seconds, each
 
 
@@ -361,8 +361,8 @@ def run_scale(spark, work: Path, scale: float, fractions: list[float], epochs: i
     warehouse in place."""
     from ops.changes import ChangeGenerator
 
-    root = _warehouse(spark, work, scale, f"run-{scale:g}-{fractions[0]:g}")
-    engine = _engine(spark, root, queries, driver_rows, arrange_rows, parallelism, switch_interval)
+    root = tpch_warehouse(spark, work, scale, f"run-{scale:g}-{fractions[0]:g}")
+    engine = bench_engine(spark, root, queries, driver_rows, arrange_rows, parallelism, switch_interval)
     _reset_peaks(spark)
     first, first_reports = _timed(lambda: engine.refresh(until=LOADED_AT + timedelta(minutes=15)))
     first_peak = _peak_gigabytes(spark)
@@ -788,7 +788,7 @@ def main(argv=None) -> None:
     started = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     work = Path(arguments.work)
     work.mkdir(parents=True, exist_ok=True)
-    spark = _session(arguments.driver_memory)
+    spark = start_session(arguments.driver_memory)
     out = RESULTS / started
     out.mkdir(parents=True, exist_ok=True)
     runs, sweep = [], []

@@ -41,13 +41,13 @@ def main(argv=None) -> None:
 
     from pyspark.sql import functions as F
 
-    from bench.__main__ import _session, _warehouse
+    from bench.__main__ import start_session, tpch_warehouse
     from epochal.keyed.arrangements import DRIVER_BUILD_ROWS, ROWS_PER_FILE, Arrangements
 
-    spark = _session("12g")
+    spark = start_session("12g")
     base = Path(arguments.work) / f"tpch-{arguments.scale:g}"
     if not (base / "sources" / "lineitem" / "_delta_log").exists():  # the bench's cached load, read only here
-        shutil.rmtree(_warehouse(spark, Path(arguments.work), arguments.scale, "builds"), ignore_errors=True)
+        shutil.rmtree(tpch_warehouse(spark, Path(arguments.work), arguments.scale, "builds"), ignore_errors=True)
     source = str(base / "sources" / "lineitem")
     frame = spark.read.format("delta").load(source).select(*COLUMNS)
     rows = frame.count()

@@ -34,14 +34,14 @@ def main(argv=None) -> None:
     parser.add_argument("--work", default="/tmp/epochal-bench")
     arguments = parser.parse_args(argv)
 
-    from bench.__main__ import LOADED_AT, _engine, _recompute_seconds, _session, _warehouse, batch_time
+    from bench.__main__ import LOADED_AT, bench_engine, recompute_table_seconds, start_session, tpch_warehouse, batch_time
     from epochal import reasons
     from ops.changes import ChangeGenerator
 
-    spark = _session("12g")
+    spark = start_session("12g")
     names = [f"tpch_q{q:02d}" for q in arguments.queries]
-    root = _warehouse(spark, Path(arguments.work), arguments.scale, f"cost-rescans-{arguments.scale:g}")
-    engine = _engine(spark, root, names)
+    root = tpch_warehouse(spark, Path(arguments.work), arguments.scale, f"cost-rescans-{arguments.scale:g}")
+    engine = bench_engine(spark, root, names)
     engine.parallelism = 1
     engine.refresh(until=LOADED_AT + timedelta(minutes=15))
     generators = [ChangeGenerator(spark, root, seed=11, fraction=arguments.small, writer="spark")] + \
@@ -54,7 +54,7 @@ def main(argv=None) -> None:
         until = LOADED_AT + timedelta(hours=index)
         for name in names:
             [report] = engine.refresh([name], until=until, upstream=False)
-            recompute = _recompute_seconds(engine, name, root)
+            recompute = recompute_table_seconds(engine, name, root)
             kept = (report.detail or {}).get("state") != reasons.STATE_NOT_KEPT
             phases = ", ".join(f"{k} {v:.2f}" for k, v in (report.detail.get("phases") or {}).items())
             estimate = report.detail.get("estimate")

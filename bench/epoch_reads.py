@@ -55,13 +55,13 @@ def main(argv=None) -> None:
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--parallelism", type=int, nargs="+", default=[2], help="one per epoch, cycled")
     arguments = parser.parse_args(argv)
-    from bench.__main__ import LOADED_AT, _engine, _session, _warehouse, batch_time
+    from bench.__main__ import LOADED_AT, bench_engine, start_session, tpch_warehouse, batch_time
     from ops.changes import ChangeGenerator
 
-    spark = _session("12g")
+    spark = start_session("12g")
     queries = [f"tpch_q{q:02d}" for q in range(1, 23)]
-    root = _warehouse(spark, Path("/tmp/epochal-bench"), arguments.scale, f"reads-{arguments.scale:g}")
-    engine = _engine(spark, root, queries)
+    root = tpch_warehouse(spark, Path("/tmp/epochal-bench"), arguments.scale, f"reads-{arguments.scale:g}")
+    engine = bench_engine(spark, root, queries)
     engine.refresh(until=LOADED_AT + timedelta(minutes=15))
     generator = ChangeGenerator(spark, root, seed=11, fraction=0.001)
     handler = _Reads()

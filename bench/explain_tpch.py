@@ -14,10 +14,10 @@ import sys
 def main(argv=None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     root, queries = argv[0], [f"tpch_q{int(q):02d}" for q in argv[1:]]
-    from bench.__main__ import _engine, _session
+    from bench.__main__ import bench_engine, start_session
 
-    spark = _session("4g")
-    engine = _engine(spark, root, queries)
+    spark = start_session("4g")
+    engine = bench_engine(spark, root, queries)
     for query in queries:
         print(f"== {query}")
         print(engine.explain(query))

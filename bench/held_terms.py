@@ -23,12 +23,12 @@ def main(argv=None) -> None:
     argv = [a for a in argv if a != "--together"]
     numbers = range(1, 23) if argv[1:] == ["all"] else [int(q) for q in argv[1:]]
     scale, queries = float(argv[0]), [f"tpch_q{q:02d}" for q in numbers]
-    from bench.__main__ import LOADED_AT, _engine, _session, _warehouse
+    from bench.__main__ import LOADED_AT, bench_engine, start_session, tpch_warehouse
     from ops.changes import ChangeGenerator
 
-    spark = _session("4g")
-    root = _warehouse(spark, Path("/tmp/epochal-bench"), scale, f"held-{scale:g}" + ("-all" if together else ""))
-    engine = _engine(spark, root, queries)
+    spark = start_session("4g")
+    root = tpch_warehouse(spark, Path("/tmp/epochal-bench"), scale, f"held-{scale:g}" + ("-all" if together else ""))
+    engine = bench_engine(spark, root, queries)
     engine.refresh(until=LOADED_AT + timedelta(minutes=15))
     ChangeGenerator(spark, root, seed=11, fraction=0.001).apply_batch(1, LOADED_AT + timedelta(minutes=30))
     handler = logging.StreamHandler(sys.stdout)

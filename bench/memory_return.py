@@ -30,15 +30,15 @@ def main(argv=None) -> None:
     arguments = parser.parse_args(argv)
 
     import epochal.memory
-    from bench.__main__ import LOADED_AT, _engine, _session, _warehouse, batch_time
+    from bench.__main__ import LOADED_AT, bench_engine, start_session, tpch_warehouse, batch_time
     from epochal.memory import give_back_freed_memory, resident_bytes
     from ops.changes import ChangeGenerator
 
     epochal.memory.give_back_freed_memory = lambda: None
-    spark = _session(arguments.driver_memory)
+    spark = start_session(arguments.driver_memory)
     names = [f"tpch_q{q:02d}" for q in arguments.queries]
-    root = _warehouse(spark, Path(arguments.work), arguments.scale, f"memory-return-{arguments.scale:g}")
-    engine = _engine(spark, root, names)
+    root = tpch_warehouse(spark, Path(arguments.work), arguments.scale, f"memory-return-{arguments.scale:g}")
+    engine = bench_engine(spark, root, names)
     generator = ChangeGenerator(spark, root, seed=11, fraction=arguments.fraction, writer="spark")
     print(f"{'refresh':<8} {'refresh s':>9} {'left GB':>8} {'given back GB':>14} {'after GB':>9} {'call s':>7} {'of it gc s':>10}", flush=True)
     for index in range(arguments.epochs + 1):

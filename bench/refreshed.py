@@ -7,7 +7,7 @@ import argparse
 from datetime import timedelta
 from pathlib import Path
 
-from bench.__main__ import LOADED_AT, _engine, _session, _warehouse
+from bench.__main__ import LOADED_AT, bench_engine, start_session, tpch_warehouse
 from epochal.changes import InputRange
 
 
@@ -21,11 +21,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def open_warehouse(arguments: argparse.Namespace, prefix: str):
     """(spark, engine, root, names): `arguments.warehouse`, or one built at `arguments.scale`
     under `prefix` and refreshed once, with the engine defining `arguments.queries`."""
-    spark = _session("12g")
+    spark = start_session("12g")
     names = [f"tpch_q{q:02d}" for q in arguments.queries]
-    root = arguments.warehouse or _warehouse(spark, Path("/tmp/epochal-bench"), arguments.scale,
+    root = arguments.warehouse or tpch_warehouse(spark, Path("/tmp/epochal-bench"), arguments.scale,
                                              f"{prefix}-{arguments.scale:g}")
-    engine = _engine(spark, root, names)
+    engine = bench_engine(spark, root, names)
     if not arguments.warehouse:
         engine.refresh(until=LOADED_AT + timedelta(minutes=15))
     return spark, engine, root, names

@@ -30,12 +30,12 @@ def main(argv=None) -> None:
         import epochal.engine
 
         epochal.engine.written_on_driver = lambda schema: False
-    from bench.__main__ import LOADED_AT, _engine, _recompute_seconds, _session, _warehouse
+    from bench.__main__ import LOADED_AT, bench_engine, recompute_table_seconds, start_session, tpch_warehouse
 
-    spark = _session("12g")
+    spark = start_session("12g")
     queries = [f"tpch_q{q:02d}" for q in arguments.queries]
-    root = _warehouse(spark, Path("/tmp/epochal-bench"), arguments.scale, f"rescans-{arguments.scale:g}")
-    engine = _engine(spark, root, queries)
+    root = tpch_warehouse(spark, Path("/tmp/epochal-bench"), arguments.scale, f"rescans-{arguments.scale:g}")
+    engine = bench_engine(spark, root, queries)
     engine.parallelism = 1
     until = LOADED_AT + timedelta(minutes=15)
     totals = [0.0, 0.0, 0.0]
@@ -43,7 +43,7 @@ def main(argv=None) -> None:
     for name in queries:
         first = engine.refresh([name], until=until, upstream=False)[0]
         again = engine.refresh([name], until=until, full_refresh=True, upstream=False)[0]
-        recompute = _recompute_seconds(engine, name, root)
+        recompute = recompute_table_seconds(engine, name, root)
         cost = again.detail.get("cost", {})
         phases = ", ".join(f"{k} {v:.1f}" for k, v in again.detail.get("phases", {}).items())
         first_phases = ", ".join(f"{k} {v:.1f}" for k, v in first.detail.get("phases", {}).items())

@@ -82,19 +82,19 @@ def main(argv=None) -> None:
     if arguments.epochs < 0:
         parser.error("--epochs must be at least 0 (the profiled epochs)")
 
-    from bench.__main__ import LOADED_AT, _engine, _session, _warehouse, batch_time
+    from bench.__main__ import LOADED_AT, bench_engine, start_session, tpch_warehouse, batch_time
     from ops.changes import ChangeGenerator
 
     if arguments.resume and not (Path(arguments.resume) / "sources" / "lineitem" / "_delta_log").exists():
         parser.error(f"--resume {arguments.resume}: no TPC-H warehouse there (its sources/lineitem is not a Delta table)")
 
-    spark = _session("8g")
+    spark = start_session("8g")
     names = [f"tpch_q{q:02d}" for q in arguments.queries]
     if arguments.resume:
         root = str(Path(arguments.resume).resolve())
     else:
-        root = _warehouse(spark, Path(arguments.work), arguments.scale, f"profile-{arguments.scale:g}")
-    engine = _engine(spark, root, names, arguments.driver_rows)
+        root = tpch_warehouse(spark, Path(arguments.work), arguments.scale, f"profile-{arguments.scale:g}")
+    engine = bench_engine(spark, root, names, arguments.driver_rows)
     engine.parallelism = 1  # steps on the main thread, where cProfile sees them
     engine.cost_model = not arguments.no_cost_model
     generator = ChangeGenerator(spark, root, seed=11, fraction=arguments.fraction,
