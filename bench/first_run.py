@@ -22,9 +22,8 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
-from bench.refreshed import add_arguments, last_inputs, open_warehouse
+from bench.refreshed import add_arguments, last_inputs, open_warehouse, seconds_of
 
 
 def main(argv=None) -> None:
@@ -41,11 +40,6 @@ def main(argv=None) -> None:
 
     spark, engine, root, names = open_warehouse(arguments, "first-run")
 
-    def timed(run) -> float:
-        began = time.perf_counter()
-        run()
-        return time.perf_counter() - began
-
     total = {"recompute": 0.0, "build": 0.0, "states": 0.0}
     for name in names:
         table, inputs = engine.table(name), last_inputs(engine, name)
@@ -53,16 +47,16 @@ def main(argv=None) -> None:
         seconds: dict[str, list[float]] = {}
         rows: dict[str, int] = {}
         for _ in range(arguments.repeat):
-            seconds.setdefault("recompute", []).append(timed(lambda: output_frame(
+            seconds.setdefault("recompute", []).append(seconds_of(lambda: output_frame(
                 spark, table, inputs, "after").write.format("delta").mode("overwrite")
                 .option("overwriteSchema", "true").save(f"{scratch}/output")))
             state = StateStore(spark, f"{scratch}/unused", {}, engine.storage_options)
             ctx = Context(spark, table.compiled.plan, inputs, state, rescan=True,
                           broadcast_rows=engine.broadcast_rows, schemas=engine.schemas)
-            seconds.setdefault("build", []).append(timed(ctx.build_states))
+            seconds.setdefault("build", []).append(seconds_of(ctx.build_states))
             for write in state.writes:
                 path = f"{scratch}/state/{write.name}"
-                seconds.setdefault(write.name, []).append(timed(
+                seconds.setdefault(write.name, []).append(seconds_of(
                     lambda: write.frame.write.format("delta").mode("overwrite")
                     .option("overwriteSchema", "true").save(path)))
                 rows[write.name] = DeltaTable(path).count()

@@ -4,6 +4,7 @@ table's work over the input versions of its last step (rescan_phases.py, first_r
 from __future__ import annotations
 
 import argparse
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -24,7 +25,7 @@ def open_warehouse(arguments: argparse.Namespace, prefix: str):
     spark = start_session("12g")
     names = [f"tpch_q{q:02d}" for q in arguments.queries]
     root = arguments.warehouse or tpch_warehouse(spark, Path("/tmp/epochal-bench"), arguments.scale,
-                                             f"{prefix}-{arguments.scale:g}")
+                                                 f"{prefix}-{arguments.scale:g}")
     engine = bench_engine(spark, root, names)
     if not arguments.warehouse:
         engine.refresh(until=LOADED_AT + timedelta(minutes=15))
@@ -36,3 +37,10 @@ def last_inputs(engine, name: str) -> dict:
     last = engine.table(name).ledger.last_committed()
     return {n: InputRange(n, engine.path_of(n), "source" if n in engine.sources else "derived", v["from"],
                           v["to"], engine.schema_of(n)) for n, v in last.inputs.items()}
+
+
+def seconds_of(run) -> float:
+    """The wall seconds `run()` took."""
+    began = time.perf_counter()
+    run()
+    return time.perf_counter() - began

@@ -25,10 +25,9 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 from concurrent.futures import ThreadPoolExecutor
 
-from bench.refreshed import add_arguments, last_inputs, open_warehouse
+from bench.refreshed import add_arguments, last_inputs, open_warehouse, seconds_of
 
 
 def main(argv=None) -> None:
@@ -75,11 +74,6 @@ def main(argv=None) -> None:
                 output_frame(spark, table, inputs, "after", shared(rows)), limit)) for rows in arguments.local_rows},
         }
 
-    def timed(run) -> float:
-        began = time.perf_counter()
-        run()
-        return time.perf_counter() - began
-
     kinds = list(variants(names[0]))
     print(f"{'table':<10}" + "".join(f"{k:>15}" for k in kinds), flush=True)
     totals = {k: 0.0 for k in kinds}
@@ -90,7 +84,7 @@ def main(argv=None) -> None:
             seconds = {name: {k: [] for k in kinds} for name in together}
             for _ in range(arguments.repeat):
                 for kind in kinds:
-                    took = pool.map(lambda name: timed(runs[name][kind]), together)
+                    took = pool.map(lambda name: seconds_of(runs[name][kind]), together)
                     for name, elapsed in zip(together, took):
                         seconds[name][kind].append(elapsed)
             for name in together:
