@@ -312,12 +312,15 @@ def test_a_change_past_driver_rows_before_a_step_was_measured_there_rescans_unre
 
 
 @pytest.mark.long  # measured epochs, as the test above
-def test_a_large_change_its_steps_found_consolidating_away_is_read_not_rescanned_unread(spark, warehouse):
+def test_a_large_change_its_steps_found_consolidating_away_is_read_not_rescanned_unread(spark, warehouse, monkeypatch):
     """Updates of a column the table does not read (w) consolidate away: a step that read one
     records a share of 0 of its logged rows. After two of them and one update of v (share 2), an
     update of every row's w (400 rows logged) is expected to bring none, where at v's share it
     would be estimated far above a rescan: the step reads it (no rescan unread) and, it
-    consolidating away, stays incremental."""
+    consolidating away, stays incremental. Scaling a step of 2 rows to 800 needs
+    cost.FIXED_COST_ROWS and cost.EXTRAPOLATE lifted, as in the cost-model test above."""
+    monkeypatch.setattr(cost, "EXTRAPOLATE", 1e9)
+    monkeypatch.setattr(cost, "FIXED_COST_ROWS", 1)
     root = f"{warehouse}/{uuid.uuid4().hex[:8]}"
     a = SyntheticSource(spark, f"{root}/sources/a", SCHEMA, [(i, "xyz"[i % 3], i, f"w{i}") for i in range(400)])
     engine = build(spark, root, cost_model=True)
