@@ -14,8 +14,11 @@ import pytest
 from delta.tables import DeltaTable
 
 from epochal import Engine, reasons
+from epochal.changes import InputRange
 from epochal.errors import EpochError, StrictModeError
+from epochal.keyed.state import StateStore
 from epochal.protocol import cost, rescan
+from epochal.protocol.context import Context
 from tests.support import SyntheticSource, assert_matches_recompute
 
 SCHEMA = "k int, g string, v int, w string"
@@ -361,3 +364,36 @@ def test_a_rescan_tried_before_any_was_measured_keeps_the_state(spark, warehouse
     monkeypatch.setattr(cost, "MARGIN", 1e9)
     a.update("k = 3", {"v": "v + 1"})
     assert refreshed(engine)["t"].technique == "incremental"  # measured now, and within the margin
+
+
+def test_a_rescan_builds_an_aggregate_over_an_aggregate_from_the_lower_state(spark, warehouse):
+    """A rescan keeping the state (here a first run, then a full refresh) writes every aggregate's
+    full state, lowest first. The upper aggregate's is planned over the lower one's as the lower
+    write computes it (Context.full_state persists it once asked for twice), not over the source
+    again; the states so built keep the epochs after each rescan equal to the recompute."""
+    root = f"{warehouse}/{uuid.uuid4().hex[:8]}"
+    a = SyntheticSource(spark, f"{root}/sources/a", SCHEMA, ROWS)
+    engine = Engine(spark, root, parallelism=1, cost_model=False)
+    engine.source("a")
+    engine.define("u", "SELECT n, count(*) AS groups, sum(s) AS s FROM "
+                       "(SELECT g, count(*) AS n, sum(v) AS s FROM a GROUP BY g) GROUP BY n")
+    assert [r.reason for r in engine.refresh()] == ["FIRST_RUN"]
+    a.insert([(10 + i, "w", i, "w") for i in range(4)])
+    a.update("k = 1", {"g": "'w'"})
+    assert [r.technique for r in refreshed(engine).values()] == ["incremental"]
+    assert [r.technique for r in refreshed(engine, full_refresh=True).values()] == ["rescan"]
+    a.delete("g = 'x'")
+    assert [r.technique for r in refreshed(engine).values()] == ["incremental"]
+
+    table = engine.table("u")
+    inputs = {n: InputRange(n, engine.path_of(n), "source", v["from"], v["to"], engine.schema_of(n))
+              for n, v in table.ledger.last_committed().inputs.items()}
+    ctx = Context(spark, table.compiled.plan, inputs, StateStore(spark, f"{root}/unused", {}), rescan=True)
+    ctx.build_states()
+    try:
+        lower, upper = ctx.state.writes
+        leaves = upper.frame._jdf.queryExecution().optimizedPlan().collectLeaves()
+        assert {leaves.apply(i).nodeName() for i in range(leaves.size())} == {"InMemoryRelation"}, \
+            upper.frame._jdf.queryExecution().optimizedPlan().toString()
+    finally:
+        ctx.unpersist()

@@ -63,6 +63,7 @@ class Context:
         self._deltas: dict[int, DataFrame | None] = {}
         self._snapshots: dict[tuple[int, str], DataFrame] = {}
         self._changed: dict[int, bool] = {}
+        self._full_states: dict[tuple[int, str], tuple[DataFrame, bool]] = {}  # full_state: frame, persisted
         self.scratch: dict[tuple[int, str], object] = {}
         self.rows_read = 0
         self.spark_changes: list[str] = []  # inputs whose change batch is Spark's, not held on the driver
@@ -158,6 +159,26 @@ class Context:
         if key not in self.scratch:
             self.scratch[key] = compute()
         return self.scratch[key]
+
+    def full_state(self, node: Node, side: str, compute: Callable[[], DataFrame]) -> DataFrame:
+        """A rescan's full state of a stateful node, planned once: its write (`build_state`) and
+        the full states of the operators above it read the same frame. Asked for a second time
+        (an operator above reads it), the frame is persisted, so the write that computes it first
+        (lower states are written first: `walk` order) leaves it for the ones above, and an
+        aggregate over an aggregate does not compute the lower one's whole input again. Spark
+        uses a cache from the execution of a plan on, so frames planned over it before it was
+        persisted read it too. Released when the step ends."""
+        key = (id(node), side)
+        if key in self._full_states:
+            frame, shared = self._full_states[key]
+            if not shared:
+                frame.persist()
+                self.persisted.append(frame)
+                self._full_states[key] = (frame, True)
+            return frame
+        frame = compute()
+        self._full_states[key] = (frame, False)
+        return frame
 
     def state_name(self, node: Node) -> str:
         return self.state_names[id(node)]

@@ -184,6 +184,9 @@ class AggregateRule(Rule):
 
     # ---- full state ---------------------------------------------------------------------------
     def _full_state(self, node: Aggregate, ctx, side: str) -> DataFrame:
+        return ctx.full_state(node, side, lambda: self._computed_full_state(node, ctx, side))
+
+    def _computed_full_state(self, node: Aggregate, ctx, side: str) -> DataFrame:
         rows = ctx.snapshot(node.input, side)
         parts = [F.count(F.lit(1)).alias(COUNT)]
         for agg in node.aggs:

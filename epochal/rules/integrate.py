@@ -137,8 +137,8 @@ class IntegrateRule(Rule):
 
     def _state(self, node: Integrate, ctx, side: str):
         if ctx.rescan:
-            return ctx.snapshot(node.input, side).groupBy(*[F.col(quoted(c)) for c in node.columns]).agg(
-                F.count(F.lit(1)).alias(COUNT))
+            return ctx.full_state(node, side, lambda: ctx.snapshot(node.input, side).groupBy(
+                *[F.col(quoted(c)) for c in node.columns]).agg(F.count(F.lit(1)).alias(COUNT)))
         old = ctx.state.read(ctx.state_name(node), list(node.columns))
         if side == OLD or not ctx.changed(node):
             return old
@@ -151,6 +151,8 @@ class IntegrateRule(Rule):
     def snapshot(self, node: Integrate, ctx, side):
         if ctx.changed(node) and not ctx.rescan:
             self._counts(node, ctx)  # the state must advance even if only snapshots are read
+        if ctx.rescan:  # the input's rows as they are, not grouped into use counts and expanded again
+            return ctx.snapshot(node.input, side).select(*[F.col(quoted(c)) for c in node.columns])
         held = self._held_state(node, ctx, side)
         if held is not None:
             return held
