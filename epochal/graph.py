@@ -296,6 +296,14 @@ class Opaque(Node):
         return self.construct
 
 
+def finalizes_aggregate(node: Node) -> bool:
+    """Whether `node`'s rows are an aggregate's groups, seen through the projections and filters
+    above it: computed in full, they are the aggregate's full state finalized."""
+    while isinstance(node, (Project, Filter)):
+        node = node.input
+    return isinstance(node, Aggregate)
+
+
 def single_row(node: Node) -> bool:
     """Whether `node` has at most one row: a global aggregate (a scalar subquery's value), seen
     through the projections and filters above it (a filter may drop the row)."""

@@ -14,9 +14,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
 from ..arrow_rows import computed_rows, hold, lazy_frame, spark_typed
-from ..changes import atomic, consolidate, consolidate_rows, consolidated_schema, quoted, rows_up_to
+from ..changes import NEW, atomic, consolidate, consolidate_rows, consolidated_schema, quoted, rows_up_to
 from ..errors import StateInconsistent
-from ..graph import WEIGHT, walk
+from ..graph import WEIGHT, finalizes_aggregate, walk
 from ..rules.base import analysed_schema
 from ..storage.deltalog import DeltaLog
 from .context import Context
@@ -63,8 +63,11 @@ def incremental_rows(table, ctx: Context) -> DataFrame:
 
 def output_frame_of(frame: DataFrame, columns, table: StructType) -> DataFrame:
     """The plan's root columns named and typed as the table's, with WEIGHT."""
-    return frame.select(*[F.col(quoted(internal)).cast(field.dataType).alias(field.name)
-                          for internal, field in zip(columns, table.fields)], F.col(WEIGHT))
+    return frame.select(*_as_table_columns(columns, table), F.col(WEIGHT))
+
+
+def _as_table_columns(columns, table: StructType) -> list:
+    return [F.col(quoted(internal)).cast(field.dataType).alias(field.name) for internal, field in zip(columns, table.fields)]
 
 
 def output_schema(columns, table: StructType, root: StructType) -> StructType | None:
@@ -98,9 +101,12 @@ def rescan_change(env: Environment, table, inputs, ctx: Context | None, keep_sta
     of a small result against a small table is computed on the driver (`diff`, change None)."""
     spark = env.spark
     columns = [f.name for f in table.schema.fields]
-    full = env.output_frame(table, inputs, "after").select(*[F.col(quoted(c)) for c in columns])
+    full = None
     if ctx is not None and keep_state:
         ctx.build_states()
+        full = _finalized_state(table, ctx)
+    if full is None:
+        full = env.output_frame(table, inputs, "after").select(*[F.col(quoted(c)) for c in columns])
     log = DeltaLog.open(table.path, env.storage_options)
     current = spark.read.format("delta").load(table.path) if log is not None else None
     if current is None or [(f.name, f.dataType) for f in current.schema.fields] != [
@@ -113,6 +119,18 @@ def rescan_change(env: Environment, table, inputs, ctx: Context | None, keep_sta
     plus = full.withColumn(WEIGHT, F.lit(1).cast(LongType()))
     minus = current.select(*[F.col(quoted(c)) for c in columns], F.lit(-1).cast(LongType()).alias(WEIGHT))
     return consolidate(plus.unionByName(minus)), current, None, None
+
+
+def _finalized_state(table, ctx: Context) -> DataFrame | None:
+    """A rescan that builds the state, of a table whose rows are its top aggregate's groups
+    (graph.finalizes_aggregate): the result as the aggregate's full state finalized, which the
+    state write reads too (Context.full_state), rather than the SQL run again beside it. The
+    values are those an incremental step writes for the groups it touches; None for any other
+    plan (its SQL is run in full)."""
+    plan = table.compiled.plan
+    if not finalizes_aggregate(plan):
+        return None
+    return ctx.snapshot(plan, NEW).select(*_as_table_columns(plan.columns, table.schema))
 
 
 @dataclass
