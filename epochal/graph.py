@@ -297,9 +297,9 @@ class Opaque(Node):
 
 
 def finalizes_aggregate(node: Node) -> bool:
-    """Whether `node`'s rows are an aggregate's groups, seen through the projections and filters
-    above it: computed in full, they are the aggregate's full state finalized."""
-    while isinstance(node, (Project, Filter)):
+    """Whether `node`'s rows are an aggregate's groups, seen through the projections, filters and
+    top-k above it: computed in full, they are the aggregate's full state finalized."""
+    while isinstance(node, (Project, Filter, TopK)):
         node = node.input
     return isinstance(node, Aggregate)
 

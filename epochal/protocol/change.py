@@ -123,7 +123,7 @@ def rescan_change(env: Environment, table, inputs, ctx: Context | None, keep_sta
 
 def _finalized_state(table, ctx: Context) -> DataFrame | None:
     """A rescan that builds the state, of a table whose rows are its top aggregate's groups
-    (graph.finalizes_aggregate): the result as the aggregate's full state finalized, which the
+    (graph.finalizes_aggregate): the result from the aggregate's full state finalized, which the
     state write reads too (Context.full_state), rather than the SQL run again beside it. The
     values are those an incremental step writes for the groups it touches; None for any other
     plan (its SQL is run in full)."""
