@@ -296,12 +296,13 @@ class Opaque(Node):
         return self.construct
 
 
-def finalizes_aggregate(node: Node) -> bool:
-    """Whether `node`'s rows are an aggregate's groups, seen through the projections, filters and
-    top-k above it: computed in full, they are the aggregate's full state finalized."""
+def from_full_state(node: Node) -> bool:
+    """Whether `node`'s rows, computed in full, are a stateful operator's full state (an
+    aggregate's groups finalized, an integrated input's rows), seen through the projections,
+    filters and top-k above it."""
     while isinstance(node, (Project, Filter, TopK)):
         node = node.input
-    return isinstance(node, Aggregate)
+    return isinstance(node, (Aggregate, Integrate))
 
 
 def single_row(node: Node) -> bool:

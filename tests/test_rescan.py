@@ -371,19 +371,20 @@ def test_a_rescan_builds_an_aggregate_over_an_aggregate_from_the_lower_state(spa
     """A rescan keeping the state (here a first run, then a full refresh) writes every aggregate's
     full state, lowest first. The upper aggregate's is planned over the lower one's as the lower
     write computes it (Context.full_state persists it once asked for twice), not over the source
-    again; a table whose rows are its top aggregate's groups, through a top-k too, writes its
-    output from that state, its SQL not run (change._finalized_state). The states and outputs so
-    built keep the epochs after each rescan equal to the recompute."""
+    again; a table whose rows are its top aggregate's groups, through a top-k too, or a top-k of
+    its integrated input, writes its output from that state, its SQL not run (change._from_state).
+    The states and outputs so built keep the epochs after each rescan equal to the recompute."""
     root = f"{warehouse}/{uuid.uuid4().hex[:8]}"
     a = SyntheticSource(spark, f"{root}/sources/a", SCHEMA, ROWS)
     engine = Engine(spark, root, parallelism=1, cost_model=False)
     engine.source("a")
     groups = "SELECT g, count(*) AS n, sum(v) AS s FROM a GROUP BY g"
     engine.define_all({"u": f"SELECT n, count(*) AS groups, sum(s) AS s FROM ({groups}) GROUP BY n",
-                       "top": f"SELECT g, s FROM ({groups}) ORDER BY s DESC LIMIT 2"})
+                       "top": f"SELECT g, s FROM ({groups}) ORDER BY s DESC LIMIT 2",
+                       "largest": "SELECT k, v FROM a WHERE v > 2 ORDER BY v DESC LIMIT 3"})
 
     def sql_not_run(*arguments):
-        raise AssertionError("a rescan of a table over its aggregate ran its SQL")
+        raise AssertionError("a rescan of a table read from its state ran its SQL")
 
     with monkeypatch.context() as patched:
         patched.setattr(engine_module, "output_frame", sql_not_run)

@@ -16,7 +16,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 from ..arrow_rows import computed_rows, hold, lazy_frame, spark_typed
 from ..changes import NEW, atomic, consolidate, consolidate_rows, consolidated_schema, quoted, rows_up_to
 from ..errors import StateInconsistent
-from ..graph import WEIGHT, finalizes_aggregate, walk
+from ..graph import WEIGHT, from_full_state, walk
 from ..rules.base import analysed_schema
 from ..storage.deltalog import DeltaLog
 from .context import Context
@@ -104,7 +104,7 @@ def rescan_change(env: Environment, table, inputs, ctx: Context | None, keep_sta
     full = None
     if ctx is not None and keep_state:
         ctx.build_states()
-        full = _finalized_state(table, ctx)
+        full = _from_state(table, ctx)
     if full is None:
         full = env.output_frame(table, inputs, "after").select(*[F.col(quoted(c)) for c in columns])
     log = DeltaLog.open(table.path, env.storage_options)
@@ -121,14 +121,14 @@ def rescan_change(env: Environment, table, inputs, ctx: Context | None, keep_sta
     return consolidate(plus.unionByName(minus)), current, None, None
 
 
-def _finalized_state(table, ctx: Context) -> DataFrame | None:
-    """A rescan that builds the state, of a table whose rows are its top aggregate's groups
-    (graph.finalizes_aggregate): the result from the aggregate's full state finalized, which the
-    state write reads too (Context.full_state), rather than the SQL run again beside it. The
-    values are those an incremental step writes for the groups it touches; None for any other
-    plan (its SQL is run in full)."""
+def _from_state(table, ctx: Context) -> DataFrame | None:
+    """A rescan that builds the state, of a table whose rows are a stateful operator's full state
+    (graph.from_full_state: its top aggregate's groups, or the integrated input of its top-k):
+    the result read from that state, which the state write reads too (Context.full_state),
+    rather than the SQL run again beside it. The values are those an incremental step writes for
+    the rows it touches; None for any other plan (its SQL is run in full)."""
     plan = table.compiled.plan
-    if not finalizes_aggregate(plan):
+    if not from_full_state(plan):
         return None
     return ctx.snapshot(plan, NEW).select(*_as_table_columns(plan.columns, table.schema))
 

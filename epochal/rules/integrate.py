@@ -151,8 +151,6 @@ class IntegrateRule(Rule):
     def snapshot(self, node: Integrate, ctx, side):
         if ctx.changed(node) and not ctx.rescan:
             self._counts(node, ctx)  # the state must advance even if only snapshots are read
-        if ctx.rescan:  # the input's rows as they are, not grouped into use counts and expanded again
-            return ctx.snapshot(node.input, side).select(*[F.col(quoted(c)) for c in node.columns])
         held = self._held_state(node, ctx, side)
         if held is not None:
             return held
