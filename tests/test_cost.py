@@ -244,12 +244,12 @@ def test_a_step_of_few_rows_on_the_driver_is_scaled_from_fixed_cost_rows():
     """Below FIXED_COST_ROWS a step on the driver is its fixed costs: TPC-H Q14 at scale 0.1, a
     step of 1 change row (0.69 s, 0.38 s computing) scaled to 17 rows said 7.2 s and tried a
     rescan keeping the state at twice its recompute. Scaled from FIXED_COST_ROWS, 17 rows cost
-    what the step cost, and ten times FIXED_COST_ROWS ten times its compute; on Spark's path the
-    step's own rows."""
+    what the step cost, and EXTRAPOLATE times FIXED_COST_ROWS that many times its compute; on
+    Spark's path the step's own rows."""
     history = [step("rescan", 7.0, reason="FIRST_RUN"), spark(phased(0.69, 1, start=0.31, compute=0.38))]
     assert cost.estimate(history, 17, spark_path=False).incremental == pytest.approx(0.69)
     assert not cost.estimate(history, 17, spark_path=False).favours_rescan
-    assert cost.estimate(history, 10 * cost.FIXED_COST_ROWS, spark_path=False).incremental == \
-        pytest.approx(0.69 + 0.38 * 9)
+    assert cost.estimate(history, cost.EXTRAPOLATE * cost.FIXED_COST_ROWS, spark_path=False).incremental == \
+        pytest.approx(0.69 + 0.38 * (cost.EXTRAPOLATE - 1))
     on_spark = [step("rescan", 7.0, reason="FIRST_RUN"), spark(phased(0.69, 1, start=0.31, compute=0.38), "orders")]
     assert cost.estimate(on_spark, 17, spark_path=True).incremental == pytest.approx(0.69 + 0.38 * 16)
