@@ -143,7 +143,7 @@ class SharedReads:
             if rows is None or rows > limit or not delta_rs_reads_alike(table):
                 return None
             return pa.table(table.to_pyarrow_table())
-        except (DeltaError, OSError, ValueError):  # no statistics, or unreadable here: Spark's to read
+        except (DeltaError, OSError, ValueError):  # unreadable by delta-rs here: Spark's to read, and names what is wrong
             return None
 
     def _local(self, spark, data: pa.Table, schema: StructType, columns: list[str] | None,
