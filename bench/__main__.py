@@ -99,7 +99,18 @@ def _arguments(argv=None) -> argparse.Namespace:
     parser.add_argument("--keep", action="store_true",
                         help="leave each scale's warehouse in the bench folder (its path is printed), for "
                              "`python -m bench.step_profile --resume` to profile its next epochs without a first epoch")
-    return parser.parse_args(argv)
+    parser.add_argument("--resume", default=None, metavar="WAREHOUSE",
+                        help="go on with a warehouse a killed or `--keep` run left (its engine state and "
+                             "sources as they are): no load, no first epoch; its change batches go on from the "
+                             "last one its sources hold. One scale (the warehouse's); the warehouse is kept")
+    arguments = parser.parse_args(argv)
+    if arguments.resume is not None:
+        if not (Path(arguments.resume) / "sources" / "lineitem" / "_delta_log").exists():
+            parser.error(f"--resume {arguments.resume}: no TPC-H warehouse there (sources/lineitem is not a Delta table)")
+        if arguments.day or len(arguments.scales) > 1 or (arguments.sweep and not arguments.sweep_only):
+            parser.error("--resume goes on with one warehouse: one --scales, no --day, and either the main run "
+                         "or --sweep-only")
+    return arguments
 
 
 def start_session(memory: str):
@@ -355,22 +366,27 @@ def _first_epoch(engine, reports) -> dict:
 def run_scale(spark, work: Path, scale: float, fractions: list[float], epochs: int, queries: list[str],
               driver_rows: int | None = None, source_writer: str = "delta-rs", arrange_rows: int | None = -1,
               parallelism: int | None = None, day: bool = False, switch_interval: float | None = -1,
-              keep: bool = False) -> list[dict]:
+              keep: bool = False, resume: str | None = None) -> list[dict]:
     """One warehouse at `scale`: its first epoch, then `epochs` epochs at each of `fractions` in
     turn; one run per fraction (each carries the shared first epoch's figures). `keep` leaves the
-    warehouse in place."""
+    warehouse in place; `resume` goes on with a warehouse left by an earlier run (no first epoch)."""
     from ops.changes import ChangeGenerator
 
-    root = tpch_warehouse(spark, work, scale, f"run-{scale:g}-{fractions[0]:g}")
+    root = str(Path(resume).resolve()) if resume else tpch_warehouse(spark, work, scale, f"run-{scale:g}-{fractions[0]:g}")
     engine = bench_engine(spark, root, queries, driver_rows, arrange_rows, parallelism, switch_interval)
-    _reset_peaks(spark)
-    first, first_reports = _timed(lambda: engine.refresh(until=LOADED_AT + timedelta(minutes=15)))
-    first_peak = _peak_gigabytes(spark)
-    first_epoch = _first_epoch(engine, first_reports)
-    print(f"  scale {scale:g} first epoch {first:.1f}s{_first_epoch_parts(dict(first_epoch=first_epoch))}", flush=True)
+    first, first_epoch, first_peak, index = None, None, None, 0
+    if resume:
+        index = ChangeGenerator(spark, root).history().last_batch
+        print(f"  scale {scale:g}: resuming {root} after batch {index}", flush=True)
+    else:
+        _reset_peaks(spark)
+        first, first_reports = _timed(lambda: engine.refresh(until=LOADED_AT + timedelta(minutes=15)))
+        first_peak = _peak_gigabytes(spark)
+        first_epoch = _first_epoch(engine, first_reports)
+        print(f"  scale {scale:g} first epoch {first:.1f}s{_first_epoch_parts(dict(first_epoch=first_epoch))}", flush=True)
     names = [n for n in engine.tables() if n in queries]
     first_recompute = _recompute_all(engine, names, root)[0] if day else None
-    runs, index = [], 0
+    runs = []
     for fraction in fractions:
         generator = ChangeGenerator(spark, root, seed=11, fraction=fraction, writer=source_writer)
         results = []
@@ -384,10 +400,11 @@ def run_scale(spark, work: Path, scale: float, fractions: list[float], epochs: i
                       f"{a['input']}.{a['key']} {a['what']} {a['seconds']:.1f}s" for a in epoch["arranged"]) + "; " + ", ".join(
                 f"{n} {t['incremental_seconds']:.1f}s/{t['recompute_seconds']:.1f}s" for n, t in epoch["tables"].items()),
                 flush=True)
-        runs.append(dict(scale=scale, fraction=fraction, first_epoch_seconds=round(first, 1), first_epoch=first_epoch,
+        runs.append(dict(scale=scale, fraction=fraction, first_epoch_seconds=_rounded(first), first_epoch=first_epoch,
+                         resumed=resume,
                          epochs=results,
                          first_recompute_seconds=_rounded(first_recompute), daily=None,
-                         peak_gigabytes={"first epoch": first_peak,
+                         peak_gigabytes={**({"first epoch": first_peak} if first_peak else {}),
                                          "incremental epochs": _highest([e["peak_gigabytes"]["incremental"]
                                                                          for e in results]),
                                          "recomputes (the oracle)": _highest([e["peak_gigabytes"]["recompute"]
@@ -398,7 +415,7 @@ def run_scale(spark, work: Path, scale: float, fractions: list[float], epochs: i
         print(f"  scale {scale:g} daily maintenance: incremental {daily['incremental_seconds']:.1f}s, recompute "
               f"{daily['recompute_seconds']:.1f}s; upkeep {daily['state_compactions']} state compactions, "
               f"{daily['arrangement_rebuilds']} arrangement rebuilds", flush=True)
-    if keep:
+    if keep or resume:
         print(f"  scale {scale:g}: warehouse kept at {root} (python -m bench.step_profile --resume {root} ...)", flush=True)
     else:
         shutil.rmtree(root, ignore_errors=True)
@@ -680,7 +697,8 @@ def report_markdown(arguments, runs: list[dict], sweep: list[dict], started: str
                   f"{ratio:.2f}x** (mean of {len(run['epochs'])} epochs; >1 means incremental is faster).", "",
                   *_day_lines(run),
                   *_peak_line(run),
-                  f"First epoch (all tables, rescan): {run['first_epoch_seconds']} s{_first_epoch_parts(run)}. Noop epoch: mean "
+                  (f"Resumed from {run['resumed']}: no first epoch in this run. " if run.get("resumed") else
+                   f"First epoch (all tables, rescan): {run['first_epoch_seconds']} s{_first_epoch_parts(run)}. ") + "Noop epoch: mean "
                   f"{_format(_mean(e['noop_seconds'] for e in run['epochs']))} s. Floor (read the change "
                   f"batches + one empty commit): mean {_format(_mean(e['floor_seconds'] for e in run['epochs']))} s "
                   f"through Spark, {_format(_mean(e.get('floor_driver_seconds') for e in run['epochs']))} s as the "
@@ -707,7 +725,8 @@ def report_markdown(arguments, runs: list[dict], sweep: list[dict], started: str
         lines.append("")
     if sweep:
         lines += [f"## Sweep over change fractions (scale {sweep[0]['scale']:g}, one warehouse, one epoch at each "
-                  f"fraction in turn after a first epoch of {sweep[0]['first_epoch_seconds']} s)", "",
+                  + (f"fraction in turn, resumed from {sweep[0]['resumed']})" if sweep[0].get("resumed") else
+                     f"fraction in turn after a first epoch of {sweep[0]['first_epoch_seconds']} s)"), "",
                   "| fraction | table | technique | step s | recompute s | speedup |", "|---:|---|---|---:|---:|---:|"]
         for run in sweep:
             for r in summarize(run):
@@ -804,13 +823,14 @@ def main(argv=None) -> None:
         fractions = [f * (arguments.scales[0] / scale if arguments.same_change_rows else 1) for f in arguments.fraction]
         runs.extend(run_scale(spark, work, scale, fractions, arguments.epochs, queries, arguments.driver_rows,
                               arguments.source_writer, arguments.arrange_rows, arguments.parallelism, arguments.day,
-                              switch_interval=arguments.switch_interval, keep=arguments.keep))
+                              switch_interval=arguments.switch_interval, keep=arguments.keep, resume=arguments.resume))
         save()
     sweep_queries = [f"tpch_q{n:02d}" for n in arguments.sweep_queries]
     if arguments.sweep:
         sweep.extend(run_scale(spark, work, arguments.scales[0], arguments.sweep, 1, sweep_queries,
                                arguments.driver_rows, arguments.source_writer, arguments.arrange_rows,
-                               arguments.parallelism, switch_interval=arguments.switch_interval, keep=arguments.keep))
+                               arguments.parallelism, switch_interval=arguments.switch_interval, keep=arguments.keep,
+                               resume=arguments.resume))
         save()
     write_report(out, report_markdown(arguments, runs, sweep, started), runs, sweep)
 

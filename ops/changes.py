@@ -22,6 +22,11 @@ Determinism: the batch is drawn from `numpy.random.default_rng([seed, index])` o
 the driver and sorted, so the same seed and the same starting tables give the same batch, row for row
 (Spark's sampling depends on partitioning and is not used).
 
+A batch is drawn and held as columns (numpy arrays, Arrow tables of the tables' own types; money in
+integer cents, rounded half to even as Decimal's quantize rounds) and reaches Spark's MERGE as Arrow
+batches: a tenth of scale 10's orders is 15 million changed rows, which as Python objects outgrew
+the machine's memory.
+
 Referential integrity holds at every batch boundary: keys are never updated to a missing key, new
 rows reference existing customers, parts and partsupp (part, supplier) pairs, and a deleted order
 takes its line items in the same batch. Between the commits of one batch it may not: those commits
@@ -42,10 +47,15 @@ import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta
-from decimal import Decimal
+import uuid
+from datetime import date, datetime
+from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import CommitProperties, DeltaTable
+from pyspark.sql.pandas.types import to_arrow_type
 
 from epochal.storage.clock import logical_time_metadata, parse_logical_time, utc
 from epochal.storage.warehouse import Warehouse, is_local, local_path
@@ -64,7 +74,6 @@ MAX_FRACTION = 0.25  # orders to delete, update and line-update are drawn disjoi
 # small part of the table instead of all of it.
 CHANGE_WINDOW = 0.05
 
-CENT = Decimal("0.01")
 SEGMENTS = ("AUTOMOBILE", "BUILDING", "FURNITURE", "HOUSEHOLD", "MACHINERY")
 PRIORITIES = ("1-URGENT", "2-HIGH", "3-MEDIUM", "4-NOT SPECIFIED", "5-LOW")
 ORDER_STATUSES = ("F", "O", "P")
@@ -75,6 +84,8 @@ SHIP_MODES = ("REG AIR", "AIR", "RAIL", "SHIP", "TRUCK", "MAIL", "FOB")
 START_DATE = date(1992, 1, 1)
 LAST_ORDER_DATE = date(1998, 8, 2)
 CURRENT_DATE = date(1995, 6, 17)
+START_DAY, LAST_ORDER_DAY, CURRENT_DAY = ((d - date(1970, 1, 1)).days for d in (START_DATE, LAST_ORDER_DATE, CURRENT_DATE))
+COMMENT_POOL = 4096  # comments a batch draws from; a pool keeps a million-row batch columnar
 ORDERS_PER_CLERK = 1500
 COMMENT_WORDS = (
     "furiously", "carefully", "blithely", "quickly", "slyly", "fluffily", "final", "regular",
@@ -103,25 +114,39 @@ class ChangeConflict(RuntimeError):
 
 @dataclass(frozen=True)
 class TableChange:
-    """One table's commit in a batch. Keys are tuples in the table's primary-key column order."""
+    """One table's commit in a batch. Keys are held as Arrow tables of the primary-key columns,
+    sorted (a tenth of scale 10's orders is millions of keys); `*_keys` gives them as tuples in the
+    table's primary-key column order."""
 
     table: str
     version: int
-    inserted_keys: tuple[tuple, ...]
-    deleted_keys: tuple[tuple, ...]
-    updated_keys: tuple[tuple, ...]
+    inserted_key_table: pa.Table
+    deleted_key_table: pa.Table
+    updated_key_table: pa.Table
+
+    @property
+    def inserted_keys(self) -> tuple[tuple, ...]:
+        return _key_tuples(self.inserted_key_table)
+
+    @property
+    def deleted_keys(self) -> tuple[tuple, ...]:
+        return _key_tuples(self.deleted_key_table)
+
+    @property
+    def updated_keys(self) -> tuple[tuple, ...]:
+        return _key_tuples(self.updated_key_table)
 
     @property
     def inserted(self) -> int:
-        return len(self.inserted_keys)
+        return self.inserted_key_table.num_rows
 
     @property
     def deleted(self) -> int:
-        return len(self.deleted_keys)
+        return self.deleted_key_table.num_rows
 
     @property
     def updated(self) -> int:
-        return len(self.updated_keys)
+        return self.updated_key_table.num_rows
 
 
 @dataclass(frozen=True)
@@ -187,51 +212,117 @@ def _batch_of(user_metadata: str | None) -> int | None:
 
 @dataclass
 class _TablePlan:
-    inserts: list[dict] = field(default_factory=list)
-    deletes: list[tuple] = field(default_factory=list)
-    updates: list[dict] = field(default_factory=list)
+    """One table's share of a batch, as Arrow tables in the table's own column types: whole new
+    rows, the primary keys of deleted rows, whole rows with their new values."""
+
+    inserts: pa.Table | None = None
+    deletes: pa.Table | None = None
+    updates: pa.Table | None = None
+
+    def rows(self, part: str) -> int:
+        table = getattr(self, part)
+        return 0 if table is None else table.num_rows
 
     def __bool__(self) -> bool:
-        return bool(self.inserts or self.deletes or self.updates)
+        return any(self.rows(part) for part in ("inserts", "deletes", "updates"))
 
 
-def _other(rng: np.random.Generator, choices, current):
-    """A value from `choices` different from `current` (so an update really changes the row)."""
-    options = [c for c in choices if c != current]
-    return options[int(rng.integers(len(options)))]
+def _key_tuples(keys: pa.Table) -> tuple[tuple, ...]:
+    return tuple(zip(*(column.to_pylist() for column in keys.columns)))
 
 
-def _money(rng: np.random.Generator, low_cents: int, high_cents: int) -> Decimal:
-    return (Decimal(int(rng.integers(low_cents, high_cents + 1))) * CENT).quantize(CENT)
+def _key_table(rows: pa.Table | None, table: str) -> pa.Table:
+    """The primary keys of `rows`, sorted; an empty table of them when there are none."""
+    keys = PRIMARY_KEYS[table]
+    if rows is None:
+        return pa.table({k: pa.array([], pa.int64()) for k in keys})
+    return rows.select(keys).sort_by([(k, "ascending") for k in keys])
 
 
-def _percent(rng: np.random.Generator, low: int, high: int) -> Decimal:
-    return (Decimal(int(rng.integers(low, high + 1))) * CENT).quantize(CENT)
+def _cents(column) -> np.ndarray:
+    """A decimal(p, 2) column's unscaled values (cents) as int64; nulls read as 0."""
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    words = np.frombuffer(array.buffers()[1], dtype=np.int64).reshape(-1, 2)
+    return words[array.offset:array.offset + len(array), 0].copy()
 
 
-def _comment(rng: np.random.Generator, min_length: int, max_length: int) -> str:
-    target = int(rng.integers(min_length, max_length + 1))
-    words: list[str] = []
-    while len(" ".join(words)) < target:
-        words.append(COMMENT_WORDS[int(rng.integers(len(COMMENT_WORDS)))])
-    return " ".join(words)[:target].strip()
+def _decimal(cents: np.ndarray, type_: pa.DataType = pa.decimal128(15, 2)) -> pa.Array:
+    """Cents back to a decimal(p, 2) column (Arrow's decimal128: two's complement, 16 bytes)."""
+    cents = np.asarray(cents, dtype=np.int64)
+    words = np.stack([cents, np.where(cents < 0, -1, 0)], axis=1).astype(np.int64)
+    return pa.Array.from_buffers(type_, len(cents), [None, pa.py_buffer(words.tobytes())])
 
 
-def _phone_in(nation_key: int, phone: str) -> str:
+def _days(column) -> np.ndarray:
+    return pc.cast(column, pa.int32()).to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def _date(days: np.ndarray) -> pa.Array:
+    return pa.array(np.asarray(days, dtype=np.int32)).cast(pa.date32())
+
+
+def _divide_half_even(numerator: np.ndarray, denominator) -> np.ndarray:
+    """numerator / denominator rounded half to even, as Decimal's quantize does (integers)."""
+    quotient, remainder = np.divmod(numerator, denominator)
+    twice = 2 * remainder
+    up = (twice > denominator) | ((twice == denominator) & (quotient % 2 == 1))
+    return quotient + up
+
+
+def _others(rng: np.random.Generator, choices, current) -> np.ndarray:
+    """For each value in `current`, one of `choices` different from it, uniformly (so an update
+    really changes the row)."""
+    choices = np.asarray(choices)
+    current = np.asarray(current)
+    order = np.argsort(choices, kind="stable")
+    position = np.searchsorted(choices[order], current).clip(0, len(choices) - 1)
+    found = choices[order][position] == current
+    index = np.where(found, order[position], 0)
+    shift = rng.integers(1, len(choices), size=len(current))
+    return choices[(index + shift) % len(choices)]
+
+
+def _comments(rng: np.random.Generator, count: int, min_length: int, max_length: int) -> pa.Array:
+    """`count` comments of TPC-H's words, drawn from a pool of COMMENT_POOL made for the batch."""
+    pool = []
+    for _ in range(COMMENT_POOL):
+        target = int(rng.integers(min_length, max_length + 1))
+        words: list[str] = []
+        while len(" ".join(words)) < target:
+            words.append(COMMENT_WORDS[int(rng.integers(len(COMMENT_WORDS)))])
+        pool.append(" ".join(words)[:target].strip())
+    return pa.array(pool, pa.string()).take(pa.array(rng.integers(0, COMMENT_POOL, size=count)))
+
+
+def _pick(rng: np.random.Generator, choices, count: int) -> pa.Array:
+    return pa.array(np.asarray(choices, dtype=object)[rng.integers(0, len(choices), size=count)], pa.string())
+
+
+def _phones_in(nation_keys: np.ndarray, phones) -> pa.Array:
     """TPC-H phone numbers start with the nation key + 10; keep that when the nation changes."""
-    return f"{nation_key + 10:02d}{phone[2:]}"
+    prefix = pc.utf8_lpad(pc.cast(pa.array(nation_keys + 10), pa.string()), width=2, padding="0")
+    return pc.binary_join_element_wise(prefix, pc.utf8_slice_codeunits(phones, 2), "")
 
 
-def _key(row: dict, table: str) -> tuple:
-    return tuple(row[column] for column in PRIMARY_KEYS[table])
+def _replaced(rows: pa.Table, **columns) -> pa.Table:
+    for name, values in columns.items():
+        index = rows.schema.get_field_index(name)
+        type_ = rows.schema.field(index).type
+        column = values.cast(type_) if isinstance(values, (pa.Array, pa.ChunkedArray)) else pa.array(values, type_)
+        rows = rows.set_column(index, rows.schema.field(index), column)
+    return rows
 
 
 def _key_ranges(plan: "_TablePlan", table: str) -> list[tuple[int, int]]:
     """The leading-key ranges a MERGE can match: one for the deletes (old orders), one for the
     updates (recent ones). Only target rows in them can match; inserts carry fresh keys."""
     leading = PRIMARY_KEYS[table][0]
-    first_keys = [[key[0] for key in plan.deletes], [row[leading] for row in plan.updates]]
-    return [(min(keys), max(keys)) for keys in first_keys if keys]
+    ranges = []
+    for part in (plan.deletes, plan.updates):
+        if part is not None and part.num_rows:
+            bounds = pc.min_max(part.column(leading))
+            ranges.append((bounds["min"].as_py(), bounds["max"].as_py()))
+    return ranges
 
 
 def _merge_condition(plan: "_TablePlan", table: str, quote) -> str:
@@ -245,6 +336,21 @@ def _merge_condition(plan: "_TablePlan", table: str, quote) -> str:
         condition += " AND (" + " OR ".join(
             f"t.{quote(keys[0])} BETWEEN {low} AND {high}" for low, high in key_ranges) + ")"
     return condition
+
+
+def _merge_source(plan: _TablePlan, schema: pa.Schema) -> pa.Table:
+    """The MERGE's source: every row of the plan in the target's column order and types, each
+    with its action; a deleted row carries only its key."""
+    nullable = pa.schema([f.with_nullable(True) for f in schema])
+    parts = []
+    for action, rows in (("insert", plan.inserts), ("delete", plan.deletes), ("update", plan.updates)):
+        if rows is None or not rows.num_rows:
+            continue
+        columns = [rows.column(f.name).cast(f.type) if f.name in rows.column_names
+                   else pa.nulls(rows.num_rows, f.type) for f in nullable]
+        columns.append(pa.array([action] * rows.num_rows, pa.string()))
+        parts.append(pa.Table.from_arrays(columns, schema=nullable.append(pa.field(ACTION, pa.string()))))
+    return pa.concat_tables(parts)
 
 
 class ChangeGenerator:
@@ -334,14 +440,14 @@ class ChangeGenerator:
         values = deltalog.read_arrow(self.spark, path, columns=[column]).column(0)
         return np.sort(values.to_numpy())
 
-    def _rows(self, table: str, column: str, keys) -> list[dict]:
-        """Full rows whose `column` is in `keys`, sorted by primary key."""
-        wanted = sorted({int(k) for k in keys})
-        if not wanted:
-            return []
+    def _rows(self, table: str, column: str, keys, columns: list[str] | None = None) -> pa.Table:
+        """Rows (or their `columns`) whose `column` is in `keys`, sorted by primary key."""
+        wanted = np.unique(np.asarray(keys, dtype=np.int64))
         path = self.warehouse.source_path(table)
-        rows = deltalog.read_arrow(self.spark, path, key_column=column, keys=wanted).to_pylist()
-        return sorted(rows, key=lambda row: _key(row, table))
+        rows = deltalog.read_arrow(self.spark, path, columns=None if columns is None else list(columns),
+                                   key_column=column, keys=wanted)
+        sort_keys = [k for k in PRIMARY_KEYS[table] if k in rows.column_names]
+        return rows.sort_by([(k, "ascending") for k in sort_keys]).combine_chunks()
 
     def _count(self, size: int) -> int:
         return min(size, max(1, round(self.fraction * size)))
@@ -369,7 +475,7 @@ class ChangeGenerator:
 
         self._plan_order_updates(rng, plans["orders"], updated_orders)
         self._plan_deletes_and_line_updates(rng, plans, deleted_orders, line_updated_orders)
-        nation_keys = [int(k) for k in self._keys("nation", "n_nationkey")]
+        nation_keys = self._keys("nation", "n_nationkey")
         customer_keys = self._keys("customer", "c_custkey")
         self._plan_customer_updates(rng, plans["customer"], customer_keys, nation_keys)
         part_keys = self._keys("part", "p_partkey")
@@ -380,63 +486,71 @@ class ChangeGenerator:
         return plans
 
     def _plan_order_updates(self, rng, plan: _TablePlan, keys) -> None:
-        for row in self._rows("orders", "o_orderkey", keys):
-            row["o_orderstatus"] = _other(rng, ORDER_STATUSES, row["o_orderstatus"])
-            row["o_orderpriority"] = _other(rng, PRIORITIES, row["o_orderpriority"])
-            plan.updates.append(row)
+        rows = self._rows("orders", "o_orderkey", keys)
+        plan.updates = _replaced(
+            rows,
+            o_orderstatus=_others(rng, ORDER_STATUSES, rows.column("o_orderstatus").to_numpy(zero_copy_only=False)),
+            o_orderpriority=_others(rng, PRIORITIES, rows.column("o_orderpriority").to_numpy(zero_copy_only=False)),
+        )
 
     def _plan_deletes_and_line_updates(self, rng, plans, deleted_orders, line_updated_orders):
-        deleted = {int(k) for k in deleted_orders}
-        plans["orders"].deletes.extend((k,) for k in sorted(deleted))
-        lines_by_order = defaultdict(list)
-        for row in self._rows("lineitem", "l_orderkey", [*deleted_orders, *line_updated_orders]):
-            lines_by_order[row["l_orderkey"]].append(row)
-        for key in sorted(deleted):
-            plans["lineitem"].deletes.extend(_key(r, "lineitem") for r in lines_by_order[key])
-        for key in line_updated_orders:
-            lines = lines_by_order.get(int(key))
-            if not lines:
-                continue
-            row = dict(lines[int(rng.integers(len(lines)))])
-            old_quantity = row["l_quantity"]
-            new_quantity = Decimal(_other(rng, range(1, 51), int(old_quantity))).quantize(CENT)
-            if old_quantity:
-                unit_price = row["l_extendedprice"] / old_quantity
-                row["l_extendedprice"] = (unit_price * new_quantity).quantize(CENT)
-            row["l_quantity"] = new_quantity
-            row["l_discount"] = _percent(rng, 0, 10)
-            if row["l_receiptdate"] <= CURRENT_DATE:
-                row["l_returnflag"] = ("R", "A")[int(rng.integers(2))]
-            plans["lineitem"].updates.append(row)
+        plans["orders"].deletes = pa.table({"o_orderkey": pa.array(deleted_orders, pa.int64())})
+        plans["lineitem"].deletes = self._rows("lineitem", "l_orderkey", deleted_orders, PRIMARY_KEYS["lineitem"])
+        lines = self._rows("lineitem", "l_orderkey", line_updated_orders)
+        if not lines.num_rows:
+            return
+        _, first_line, line_count = np.unique(lines.column("l_orderkey").to_numpy(), return_index=True,
+                                              return_counts=True)
+        rows = lines.take(pa.array(first_line + rng.integers(0, line_count)))
+        old_quantity = _cents(rows.column("l_quantity")) // 100
+        new_quantity = _others(rng, np.arange(1, 51), old_quantity)
+        price = _cents(rows.column("l_extendedprice"))
+        repriced = _divide_half_even(price * new_quantity, np.where(old_quantity == 0, 1, old_quantity))
+        receipt = _days(rows.column("l_receiptdate"))
+        flags = np.array(["R", "A"], dtype=object)[rng.integers(0, 2, size=rows.num_rows)]
+        old_flags = rows.column("l_returnflag").to_numpy(zero_copy_only=False)
+        plans["lineitem"].updates = _replaced(
+            rows,
+            l_quantity=_decimal(new_quantity * 100),
+            l_extendedprice=_decimal(np.where(old_quantity == 0, price, repriced)),
+            l_discount=_decimal(rng.integers(0, 11, size=rows.num_rows)),
+            l_returnflag=np.where(receipt <= CURRENT_DAY, flags, old_flags),
+        )
 
     def _plan_customer_updates(self, rng, plan, customer_keys, nation_keys) -> None:
         chosen = rng.choice(customer_keys, size=self._count(len(customer_keys)), replace=False)
-        for row in self._rows("customer", "c_custkey", chosen):
-            row["c_acctbal"] = _money(rng, -99_999, 999_999)
-            if rng.random() < 0.5 or len(nation_keys) < 2:
-                row["c_mktsegment"] = _other(rng, SEGMENTS, row["c_mktsegment"])
-            else:
-                nation = _other(rng, nation_keys, row["c_nationkey"])
-                row["c_nationkey"], row["c_phone"] = nation, _phone_in(nation, row["c_phone"])
-            plan.updates.append(row)
+        rows = self._rows("customer", "c_custkey", chosen)
+        count = rows.num_rows
+        balance = rng.integers(-99_999, 1_000_000, size=count)
+        segment_changes = (rng.random(count) < 0.5) | (len(nation_keys) < 2)
+        segments = rows.column("c_mktsegment").to_numpy(zero_copy_only=False)
+        nations = rows.column("c_nationkey").to_numpy()
+        new_segments = _others(rng, SEGMENTS, segments)
+        new_nations = _others(rng, nation_keys, nations) if len(nation_keys) >= 2 else nations
+        phones = rows.column("c_phone")
+        plan.updates = _replaced(
+            rows,
+            c_acctbal=_decimal(balance),
+            c_mktsegment=np.where(segment_changes, new_segments, segments),
+            c_nationkey=np.where(segment_changes, nations, new_nations),
+            c_phone=pc.if_else(pa.array(segment_changes), phones, _phones_in(new_nations, phones)),
+        )
 
     def _plan_part_updates(self, rng, plan, part_keys) -> None:
         chosen = rng.choice(part_keys, size=self._count(len(part_keys)), replace=False)
-        for row in self._rows("part", "p_partkey", chosen):
-            factor = Decimal(int(rng.integers(90, 111))) / 100
-            price = (row["p_retailprice"] * factor).quantize(CENT)
-            row["p_retailprice"] = price if price != row["p_retailprice"] else price + CENT
-            plan.updates.append(row)
+        rows = self._rows("part", "p_partkey", chosen)
+        price = _cents(rows.column("p_retailprice"))
+        repriced = _divide_half_even(price * rng.integers(90, 111, size=rows.num_rows), 100)
+        plan.updates = _replaced(rows, p_retailprice=_decimal(np.where(repriced == price, price + 1, repriced)))
 
     def _plan_supplier_updates(self, rng, plan, nation_keys) -> None:
         if len(nation_keys) < 2:
             return
         supplier_keys = self._keys("supplier", "s_suppkey")
         chosen = rng.choice(supplier_keys, size=self._count(len(supplier_keys)), replace=False)
-        for row in self._rows("supplier", "s_suppkey", chosen):
-            nation = _other(rng, nation_keys, row["s_nationkey"])
-            row["s_nationkey"], row["s_phone"] = nation, _phone_in(nation, row["s_phone"])
-            plan.updates.append(row)
+        rows = self._rows("supplier", "s_suppkey", chosen)
+        nations = _others(rng, nation_keys, rows.column("s_nationkey").to_numpy())
+        plan.updates = _replaced(rows, s_nationkey=nations, s_phone=_phones_in(nations, rows.column("s_phone")))
 
     def _plan_new_orders(self, rng, plans, count, largest_key, order_count, customer_keys,
                          part_keys) -> None:
@@ -446,83 +560,80 @@ class ChangeGenerator:
         if len(ordering_customers) == 0:
             ordering_customers = customer_keys
         clerks = max(1, order_count // ORDERS_PER_CLERK)
-        parts_per_order = [rng.choice(part_keys, size=int(rng.integers(1, 8))) for _ in range(count)]
-        needed = np.unique(np.concatenate(parts_per_order)) if parts_per_order else []
-        prices = {r["p_partkey"]: r["p_retailprice"] for r in self._rows("part", "p_partkey", needed)}
-        suppliers = defaultdict(list)
-        for r in self._rows("partsupp", "ps_partkey", needed):
-            suppliers[r["ps_partkey"]].append(r["ps_suppkey"])
-        date_span = (LAST_ORDER_DATE - START_DATE).days
+        lines_per_order = rng.integers(1, 8, size=count)
+        first_line = np.concatenate([[0], np.cumsum(lines_per_order)[:-1]])
+        line_count = int(lines_per_order.sum())
+        line_order = np.repeat(np.arange(count), lines_per_order)
+        parts = rng.choice(part_keys, size=line_count)
+        needed = np.unique(parts)
+        priced = self._rows("part", "p_partkey", needed, ["p_partkey", "p_retailprice"])
+        price = _cents(priced.column("p_retailprice"))[np.searchsorted(priced.column("p_partkey").to_numpy(), parts)]
+        supplied = self._rows("partsupp", "ps_partkey", needed, ["ps_partkey", "ps_suppkey"])
+        supplied_parts, first_supplier, suppliers = np.unique(supplied.column("ps_partkey").to_numpy(),
+                                                              return_index=True, return_counts=True)
+        unsupplied = np.setdiff1d(needed, supplied_parts)
+        if len(unsupplied):
+            raise ChangeConflict(f"part {int(unsupplied[0])} has no partsupp rows: cannot supply it")
+        position = np.searchsorted(supplied_parts, parts)
+        supplier = supplied.column("ps_suppkey").to_numpy()[first_supplier[position] + rng.integers(0, suppliers[position])]
 
-        for offset, parts in enumerate(parts_per_order, start=1):
-            order_key = largest_key + offset
-            order_date = START_DATE + timedelta(days=int(rng.integers(0, date_span + 1)))
-            lines = []
-            for line_number, part_key in enumerate(int(p) for p in parts):
-                if not suppliers.get(part_key):
-                    raise ChangeConflict(f"part {part_key} has no partsupp rows: cannot supply it")
-                quantity = Decimal(int(rng.integers(1, 51))).quantize(CENT)
-                ship_date = order_date + timedelta(days=int(rng.integers(1, 122)))
-                receipt_date = ship_date + timedelta(days=int(rng.integers(1, 31)))
-                lines.append({
-                    "l_orderkey": order_key,
-                    "l_partkey": part_key,
-                    "l_suppkey": suppliers[part_key][int(rng.integers(len(suppliers[part_key])))],
-                    "l_linenumber": line_number + 1,
-                    "l_quantity": quantity,
-                    "l_extendedprice": (quantity * prices[part_key]).quantize(CENT),
-                    "l_discount": _percent(rng, 0, 10),
-                    "l_tax": _percent(rng, 0, 8),
-                    "l_returnflag": ("R", "A")[int(rng.integers(2))]
-                    if receipt_date <= CURRENT_DATE else "N",
-                    "l_linestatus": "O" if ship_date > CURRENT_DATE else "F",
-                    "l_shipdate": ship_date,
-                    "l_commitdate": order_date + timedelta(days=int(rng.integers(30, 91))),
-                    "l_receiptdate": receipt_date,
-                    "l_shipinstruct": SHIP_INSTRUCTIONS[int(rng.integers(len(SHIP_INSTRUCTIONS)))],
-                    "l_shipmode": SHIP_MODES[int(rng.integers(len(SHIP_MODES)))],
-                    "l_comment": _comment(rng, 10, 43),
-                })
-            statuses = {line["l_linestatus"] for line in lines}
-            total = sum(
-                line["l_extendedprice"] * (1 + line["l_tax"]) * (1 - line["l_discount"])
-                for line in lines
-            )
-            plans["orders"].inserts.append({
-                "o_orderkey": order_key,
-                "o_custkey": int(ordering_customers[int(rng.integers(len(ordering_customers)))]),
-                "o_orderstatus": statuses.pop() if len(statuses) == 1 else "P",
-                "o_totalprice": Decimal(total).quantize(CENT),
-                "o_orderdate": order_date,
-                "o_orderpriority": PRIORITIES[int(rng.integers(len(PRIORITIES)))],
-                "o_clerk": f"Clerk#{int(rng.integers(1, clerks + 1)):09d}",
-                "o_shippriority": 0,
-                "o_comment": _comment(rng, 19, 78),
-            })
-            plans["lineitem"].inserts.extend(lines)
+        order_day = START_DAY + rng.integers(0, LAST_ORDER_DAY - START_DAY + 1, size=count)
+        quantity = rng.integers(1, 51, size=line_count)
+        ship = order_day[line_order] + rng.integers(1, 122, size=line_count)
+        receipt = ship + rng.integers(1, 31, size=line_count)
+        commit = order_day[line_order] + rng.integers(30, 91, size=line_count)
+        discount = rng.integers(0, 11, size=line_count)
+        tax = rng.integers(0, 9, size=line_count)
+        flags = np.array(["R", "A"], dtype=object)[rng.integers(0, 2, size=line_count)]
+        open_line = ship > CURRENT_DAY
+        extended = quantity * price
+        order_keys = largest_key + 1 + np.arange(count)
+        plans["lineitem"].inserts = pa.table({
+            "l_orderkey": pa.array(order_keys[line_order], pa.int64()),
+            "l_partkey": pa.array(parts, pa.int64()),
+            "l_suppkey": pa.array(supplier, pa.int64()),
+            "l_linenumber": pa.array(np.arange(line_count) - first_line[line_order] + 1, pa.int32()),
+            "l_quantity": _decimal(quantity * 100),
+            "l_extendedprice": _decimal(extended),
+            "l_discount": _decimal(discount),
+            "l_tax": _decimal(tax),
+            "l_returnflag": pa.array(np.where(receipt <= CURRENT_DAY, flags, "N"), pa.string()),
+            "l_linestatus": pa.array(np.where(open_line, "O", "F"), pa.string()),
+            "l_shipdate": _date(ship),
+            "l_commitdate": _date(commit),
+            "l_receiptdate": _date(receipt),
+            "l_shipinstruct": _pick(rng, SHIP_INSTRUCTIONS, line_count),
+            "l_shipmode": _pick(rng, SHIP_MODES, line_count),
+            "l_comment": _comments(rng, line_count, 10, 43),
+        })
+        # o_totalprice: sum(extendedprice * (1 + tax) * (1 - discount)), exact in cents times the
+        # two percentages, then rounded to cents
+        charged = extended * (100 + tax) * (100 - discount)
+        open_lines = np.add.reduceat(open_line.astype(np.int64), first_line)
+        status = np.where(open_lines == lines_per_order, "O", np.where(open_lines == 0, "F", "P"))
+        plans["orders"].inserts = pa.table({
+            "o_orderkey": pa.array(order_keys, pa.int64()),
+            "o_custkey": pa.array(ordering_customers[rng.integers(0, len(ordering_customers), size=count)], pa.int64()),
+            "o_orderstatus": pa.array(status, pa.string()),
+            "o_totalprice": _decimal(_divide_half_even(np.add.reduceat(charged, first_line), 10_000)),
+            "o_orderdate": _date(order_day),
+            "o_orderpriority": _pick(rng, PRIORITIES, count),
+            "o_clerk": pc.binary_join_element_wise(
+                "Clerk#", pc.utf8_lpad(pc.cast(pa.array(rng.integers(1, clerks + 1, size=count)), pa.string()),
+                                       width=9, padding="0"), ""),
+            "o_shippriority": pa.array(np.zeros(count, dtype=np.int32), pa.int32()),
+            "o_comment": _comments(rng, count, 19, 78),
+        })
 
     # ---- writing --------------------------------------------------------------------------
 
     def _merge_with_delta_rs(self, table: str, plan: _TablePlan, meta: str) -> TableChange:
         """`_merge` through delta-rs: the same source rows, condition and clauses."""
-        import pyarrow as pa
-        from deltalake import CommitProperties, DeltaTable
-
         path = local_path(self.warehouse.source_path(table))
         target = DeltaTable(path)
-        schema = pa.schema([f.with_nullable(True) for f in pa.schema(target.schema().to_arrow())])
-        names = schema.names
-        keys = PRIMARY_KEYS[table]
-        rows = (
-            [{**row, ACTION: "insert"} for row in plan.inserts]
-            + [{**dict(zip(keys, key)), ACTION: "delete"} for key in plan.deletes]
-            + [{**row, ACTION: "update"} for row in plan.updates]
-        )
-        source = pa.Table.from_pylist(
-            [{c: row.get(c) for c in [*names, ACTION]} for row in rows],
-            schema=schema.append(pa.field(ACTION, pa.string(), nullable=False)),
-        )
-        every_column = {f'"{c}"': f's."{c}"' for c in names}
+        schema = pa.schema(target.schema().to_arrow())
+        source = _merge_source(plan, schema)
+        every_column = {f'"{c}"': f's."{c}"' for c in schema.names}
         condition = _merge_condition(plan, table, lambda name: f'"{name}"')
         metrics = (
             target.merge(source, condition, source_alias="s", target_alias="t", streamed_exec=False,
@@ -540,37 +651,20 @@ class ChangeGenerator:
 
     def _merge(self, table: str, plan: _TablePlan, meta: str) -> TableChange:
         """One MERGE: source rows carry an action; deletes and updates match on the primary key,
-        inserts carry fresh keys and never match. The caller has set the userMetadata conf."""
-        import uuid
-
-        from pyspark.sql.types import StringType, StructField, StructType
-
-        from ops.deltalog import delta_path
-
+        inserts carry fresh keys and never match. The caller has set the userMetadata conf. The
+        source reaches Spark as Arrow batches (createDataFrame of a pyarrow Table)."""
         path = self.warehouse.source_path(table)
-        columns = self.spark.read.format("delta").load(path).schema.fields
-        names = [f.name for f in columns]
-        keys = PRIMARY_KEYS[table]
-        source_schema = StructType(
-            [StructField(f.name, f.dataType, True) for f in columns]
-            + [StructField(ACTION, StringType(), False)]
-        )
-        rows = (
-            [tuple(row[c] for c in names) + ("insert",) for row in plan.inserts]
-            + [
-                tuple(dict(zip(keys, key)).get(c) for c in names) + ("delete",)
-                for key in plan.deletes
-            ]
-            + [tuple(row[c] for c in names) + ("update",) for row in plan.updates]
-        )
-        source = self.spark.createDataFrame(rows, source_schema)
+        target = self.spark.read.format("delta").load(path)
+        names = target.columns
+        schema = pa.schema([pa.field(f.name, _arrow_type(f.dataType)) for f in target.schema.fields])
+        source = self.spark.createDataFrame(_merge_source(plan, schema))
         condition = _merge_condition(plan, table, lambda name: f"`{name}`")
         # Spark SQL's MERGE (Delta's SQL extension), which a Spark Connect server runs as well
         view = f"epochal_batch_{uuid.uuid4().hex}"
         source.createOrReplaceTempView(view)
         try:
             metrics = self.spark.sql(
-                f"MERGE INTO {delta_path(path)} AS t USING {view} AS s ON {condition} "
+                f"MERGE INTO {deltalog.delta_path(path)} AS t USING {view} AS s ON {condition} "
                 f"WHEN MATCHED AND s.{ACTION} = 'delete' THEN DELETE "
                 f"WHEN MATCHED AND s.{ACTION} = 'update' THEN UPDATE SET "
                 + ", ".join(f"t.`{c}` = s.`{c}`" for c in names)
@@ -585,9 +679,9 @@ class ChangeGenerator:
     def _checked(self, table: str, plan: _TablePlan, meta: str, written: dict) -> TableChange:
         """The commit's change, once its rows are the plan's and it is the table's latest commit."""
         expected = {
-            "num_inserted_rows": len(plan.inserts),
-            "num_deleted_rows": len(plan.deletes),
-            "num_updated_rows": len(plan.updates),
+            "num_inserted_rows": plan.rows("inserts"),
+            "num_deleted_rows": plan.rows("deletes"),
+            "num_updated_rows": plan.rows("updates"),
         }
         commit = deltalog.latest_commit(self.spark, self.warehouse.source_path(table))
         if written != expected:
@@ -603,10 +697,16 @@ class ChangeGenerator:
         return TableChange(
             table=table,
             version=commit.version,
-            inserted_keys=tuple(sorted(_key(row, table) for row in plan.inserts)),
-            deleted_keys=tuple(sorted(plan.deletes)),
-            updated_keys=tuple(sorted(_key(row, table) for row in plan.updates)),
+            inserted_key_table=_key_table(plan.inserts, table),
+            deleted_key_table=_key_table(plan.deletes, table),
+            updated_key_table=_key_table(plan.updates, table),
         )
+
+
+def _arrow_type(spark_type: Any) -> pa.DataType:
+    """The Arrow type of a TPC-H column's Spark type."""
+    return to_arrow_type(spark_type)
+
 
 
 REPORTED_TABLES = ALWAYS_CHANGED

@@ -68,18 +68,20 @@ def read_arrow(spark, path: str, columns: list[str] | None = None, key_column: s
     """The table's current rows as a pyarrow Table, optionally only `columns` and only rows whose
     `key_column` is in `keys`. Locally delta-rs reads it with no Spark job, which matters for the
     change generator's many small reads."""
+    import pyarrow as pa
+
     if is_local(path):
         import deltalake
         import pyarrow.compute as pc
 
         dataset = deltalake.DeltaTable(local_path(path)).to_pyarrow_dataset()
-        condition = pc.field(key_column).isin(list(keys)) if key_column is not None else None
+        condition = pc.field(key_column).isin(pa.array(keys)) if key_column is not None else None
         return dataset.to_table(columns=columns, filter=condition)
     from pyspark.sql import functions as F
 
     frame = spark.read.format("delta").load(path)
     if key_column is not None:
-        frame = frame.filter(F.col(key_column).isin(list(keys)))
+        frame = frame.filter(F.col(key_column).isin(pa.array(keys).to_pylist()))
     if columns is not None:
         frame = frame.select(*columns)
     return frame.toArrow()
