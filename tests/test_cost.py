@@ -253,3 +253,27 @@ def test_a_step_of_few_rows_on_the_driver_is_scaled_from_fixed_cost_rows():
         pytest.approx(0.69 + 0.38 * (cost.EXTRAPOLATE - 1))
     on_spark = [step("rescan", 7.0, reason="FIRST_RUN"), spark(phased(0.69, 1, start=0.31, compute=0.38), "orders")]
     assert cost.estimate(on_spark, 17, spark_path=True).incremental == pytest.approx(0.69 + 0.38 * 16)
+
+
+def test_a_change_far_past_the_rescan_does_not_explore():
+    """Exploring rebuilds the state the rescans for cost did not keep; on a change whose estimate
+    is more than EARLY times the rescan's, incremental cannot win and the step rescans again."""
+    costly = [step("rescan", 2.0, reason="COST: estimated") for _ in range(cost.EXPLORE_AFTER)]
+    history = [step("rescan", 2.0, reason="FIRST_RUN"), step("incremental", 8.0, 100)] + costly
+    assert cost.estimate(history, 100) is None
+    far = cost.estimate(history, 1_000)
+    assert far is not None and far.favours_rescan and far.incremental > cost.EARLY * far.rescan
+
+
+def test_an_unmeasured_spark_path_does_not_explore_and_a_driver_change_is_read_first():
+    """A change that is Spark's, on a path no step measured, would cost SPARK_PATH_UNMEASURED
+    times the rescan: no exploring there. A change the driver holds is read before deciding."""
+    costly = [step("rescan", 2.0, reason="COST: estimated") for _ in range(cost.EXPLORE_AFTER)]
+    on_driver = step("incremental", 3.0, 100)
+    on_driver.detail["spark_changes"] = []
+    history = [step("rescan", 2.0, reason="FIRST_RUN"), on_driver] + costly
+    spark = cost.estimate(history, 100, spark_path=True, read=False)
+    assert spark is not None and not spark.path_measured and cost.favours_rescan_unread(spark, cost.MARGIN)
+    assert cost.estimate(history, 4_000, spark_path=False, read=False) is None
+    read = cost.estimate(history, 4_000, spark_path=False, read=True)  # 12 s against 2 s
+    assert read is not None and read.incremental > cost.EARLY * read.rescan

@@ -74,6 +74,9 @@ A rescan is chosen when the incremental estimate exceeds the rescan's by MARGIN,
 make a table flap between techniques. After EXPLORE_AFTER rescans for cost in a row, one step runs
 incrementally again, so the incremental estimate follows the table as it changes (a rescan for
 cost keeps no state, so that step first rebuilds it, and the step after it is the one measured).
+It explores only where incremental could win (`explores`): a change the driver holds is read and
+its rows decide; past that, the estimate must be on a measured path and within EARLY of the
+rescan's, else the step rescans for cost again and explores on a later, smaller change.
 
 Before reading: a large change costs its step a read of the change batches (Spark's, past
 `driver_rows`) that a rescan then does not use; at a tenth of TPC-H's orders changed, that read was
@@ -165,17 +168,39 @@ def _for_cost(step) -> bool:
                                            step.reason.startswith(f"{STATE_MISSING}: {NOT_KEPT}"))
 
 
-def estimate(history: list, rows: int, spark_path: bool | None = None, driver_rows: int = 0) -> Estimate | None:
+def estimate(history: list, rows: int, spark_path: bool | None = None, driver_rows: int = 0,
+             read: bool = True) -> Estimate | None:
     """The estimate for a step reading `rows` change rows, from `history` (the table's committed
-    steps, oldest first); None when the history holds no step of one of the kinds, or when the
-    last EXPLORE_AFTER steps that computed anything were all rescans for cost (this step explores),
-    or when a change on the driver is more than EXTRAPOLATE times the rows of every step measured there.
-    With `spark_path` (whether a change batch of the step is Spark's), it is estimated from the
-    steps of its path (above; `driver_rows` tells the path of steps recorded without it)."""
+    steps, oldest first); None when the history holds no step of one of the kinds, when this step
+    explores (`explores`), or when a change on the driver is more than EXTRAPOLATE times the rows
+    of every step measured there. With `spark_path` (whether a change batch of the step is
+    Spark's), it is estimated from the steps of its path (above; `driver_rows` tells the path of
+    steps recorded without it). `read`: whether the step has read its change (else `rows` is
+    expected, and the step weighs whether to read it)."""
     working = [s for s in history if _computed(s) or s.technique == "rescan"]
+    found = _estimate(working, rows, spark_path, driver_rows)
     recent = working[-EXPLORE_AFTER:]
-    if len(recent) == EXPLORE_AFTER and all(_for_cost(s) for s in recent):
+    if len(recent) == EXPLORE_AFTER and all(_for_cost(s) for s in recent) and explores(found, spark_path, read):
         return None
+    return found
+
+
+def explores(found: Estimate | None, spark_path: bool | None, read: bool) -> bool:
+    """Whether a step due to explore (the last EXPLORE_AFTER steps that computed anything were
+    rescans for cost) does. Exploring costs a rebuild of the state the rescans did not keep, and
+    a step whose change is Spark's costs a read of it first; it is worth that when incremental
+    could win: on a measured path, with the estimate within EARLY of the rescan's. So a change
+    on the driver is read (its rows then decide), and a step whose change is Spark's explores only
+    within EARLY: at a tenth of TPC-H's orders changed at scale 10, every table explored in one
+    epoch, and the epoch took twice its recompute (bench/RESULTS.md)."""
+    if found is None:
+        return True
+    if not read and spark_path is False:
+        return True
+    return found.path_measured and found.incremental <= EARLY * found.rescan
+
+
+def _estimate(working: list, rows: int, spark_path: bool | None, driver_rows: int) -> Estimate | None:
     computed = [s for s in working if _computed(s)]
     on_path = computed if spark_path is None else \
         [s for s in computed if on_spark_path(s, driver_rows) == spark_path]

@@ -447,7 +447,7 @@ def _weigh_unread(env: Environment, table, step: Step, history: list[Step], inpu
     expected = cost.expected_rows(recent, logged)
     spark_path = env.reads is None or not all(env.reads.holds_range(inputs[name].path, rows)
                                               for name, rows in by_input.items())
-    estimate = cost.estimate(history, expected, spark_path, env.driver_rows) if expected is not None else None
+    estimate = cost.estimate(history, expected, spark_path, env.driver_rows, read=False) if expected is not None else None
     margin = cost.unread_margin(recent) if estimate is None or estimate.path_measured else cost.MARGIN
     if cost.favours_rescan_unread(estimate, margin):
         raise reasons.Costly(
