@@ -211,7 +211,7 @@ def _batch_of(user_metadata: str | None) -> int | None:
 
 
 @dataclass
-class _TablePlan:
+class TablePlan:
     """One table's share of a batch, as Arrow tables in the table's own column types: whole new
     rows, the primary keys of deleted rows, whole rows with their new values."""
 
@@ -313,7 +313,7 @@ def _replaced(rows: pa.Table, **columns) -> pa.Table:
     return rows
 
 
-def _key_ranges(plan: "_TablePlan", table: str) -> list[tuple[int, int]]:
+def _key_ranges(plan: TablePlan, table: str) -> list[tuple[int, int]]:
     """The leading-key ranges a MERGE can match: one for the deletes (old orders), one for the
     updates (recent ones). Only target rows in them can match; inserts carry fresh keys."""
     leading = PRIMARY_KEYS[table][0]
@@ -325,7 +325,7 @@ def _key_ranges(plan: "_TablePlan", table: str) -> list[tuple[int, int]]:
     return ranges
 
 
-def _merge_condition(plan: "_TablePlan", table: str, quote) -> str:
+def _merge_condition(plan: TablePlan, table: str, quote) -> str:
     """The MERGE's condition: the primary key, and the leading key within the ranges the batch
     touches (target-only: the writer skips the files outside them). `quote` quotes a column name
     in the writer's SQL."""
@@ -338,7 +338,7 @@ def _merge_condition(plan: "_TablePlan", table: str, quote) -> str:
     return condition
 
 
-def _merge_source(plan: _TablePlan, schema: pa.Schema) -> pa.Table:
+def _merge_source(plan: TablePlan, schema: pa.Schema) -> pa.Table:
     """The MERGE's source: every row of the plan in the target's column order and types, each
     with its action; a deleted row carries only its key."""
     nullable = pa.schema([f.with_nullable(True) for f in schema])
@@ -390,7 +390,7 @@ class ChangeGenerator:
         started = time.monotonic()
         logical_time = utc(logical_time)
         self._check_order(index, logical_time)
-        plans = self._plan(np.random.default_rng([self.seed, index]))
+        plans = self.draw(index)
         meta = logical_time_metadata(logical_time, **{BATCH_KEY: index})
         changed = [name for name in TPCH_TABLES if plans.get(name)]
         # The MERGEs touch different tables and share one userMetadata, so they run side by side:
@@ -411,6 +411,10 @@ class ChangeGenerator:
             latest_time=max(filter(None, [history.latest_time, logical_time])),
         )
         return BatchReport(index, logical_time, tables, seconds=time.monotonic() - started)
+
+    def draw(self, index: int) -> dict[str, TablePlan]:
+        """Batch `index` as it would be committed now, per table, drawn but not written."""
+        return self._plan(np.random.default_rng([self.seed, index]))
 
     def _check_order(self, index: int, logical_time: datetime) -> None:
         history = self.history()
@@ -454,9 +458,9 @@ class ChangeGenerator:
 
     # ---- drawing a batch ------------------------------------------------------------------
 
-    def _plan(self, rng: np.random.Generator) -> dict[str, _TablePlan]:
+    def _plan(self, rng: np.random.Generator) -> dict[str, TablePlan]:
         """Every random draw happens here, in a fixed order over sorted inputs."""
-        plans = defaultdict(_TablePlan)
+        plans = defaultdict(TablePlan)
         order_keys = self._keys("orders", "o_orderkey")
         if len(order_keys) < 4:
             raise ChangeConflict(f"orders holds {len(order_keys)} rows: too few to change")
@@ -485,7 +489,7 @@ class ChangeGenerator:
                               part_keys)
         return plans
 
-    def _plan_order_updates(self, rng, plan: _TablePlan, keys) -> None:
+    def _plan_order_updates(self, rng, plan: TablePlan, keys) -> None:
         rows = self._rows("orders", "o_orderkey", keys)
         plan.updates = _replaced(
             rows,
@@ -627,7 +631,7 @@ class ChangeGenerator:
 
     # ---- writing --------------------------------------------------------------------------
 
-    def _merge_with_delta_rs(self, table: str, plan: _TablePlan, meta: str) -> TableChange:
+    def _merge_with_delta_rs(self, table: str, plan: TablePlan, meta: str) -> TableChange:
         """`_merge` through delta-rs: the same source rows, condition and clauses."""
         path = local_path(self.warehouse.source_path(table))
         target = DeltaTable(path)
@@ -649,7 +653,7 @@ class ChangeGenerator:
             "num_updated_rows": metrics.get("num_target_rows_updated"),
         })
 
-    def _merge(self, table: str, plan: _TablePlan, meta: str) -> TableChange:
+    def _merge(self, table: str, plan: TablePlan, meta: str) -> TableChange:
         """One MERGE: source rows carry an action; deletes and updates match on the primary key,
         inserts carry fresh keys and never match. The caller has set the userMetadata conf. The
         source reaches Spark as Arrow batches (createDataFrame of a pyarrow Table)."""
@@ -676,7 +680,7 @@ class ChangeGenerator:
         return self._checked(table, plan, meta, {
             name: metrics.get(name) for name in ("num_inserted_rows", "num_deleted_rows", "num_updated_rows")})
 
-    def _checked(self, table: str, plan: _TablePlan, meta: str, written: dict) -> TableChange:
+    def _checked(self, table: str, plan: TablePlan, meta: str, written: dict) -> TableChange:
         """The commit's change, once its rows are the plan's and it is the table's latest commit."""
         expected = {
             "num_inserted_rows": plan.rows("inserts"),

@@ -277,3 +277,15 @@ def test_an_unmeasured_spark_path_does_not_explore_and_a_driver_change_is_read_f
     assert cost.estimate(history, 4_000, spark_path=False, read=False) is None
     read = cost.estimate(history, 4_000, spark_path=False, read=True)  # 12 s against 2 s
     assert read is not None and read.incremental > cost.EARLY * read.rescan
+
+
+def test_a_change_past_the_driver_right_after_the_first_run_rescans():
+    """With no incremental step measured on any path, a change that is Spark's is expected to cost
+    SPARK_PATH_UNMEASURED times the rescan; on the driver there is still no estimate (it is run,
+    and measured)."""
+    first = [step("rescan", 7.0, reason="FIRST_RUN")]
+    on_spark = cost.estimate(first, 100_000, spark_path=True, read=False)
+    assert on_spark is not None and not on_spark.path_measured and on_spark.favours_rescan
+    assert on_spark.incremental == pytest.approx(cost.SPARK_PATH_UNMEASURED * on_spark.rescan)
+    assert cost.estimate(first, 100_000, spark_path=False) is None
+    assert cost.estimate(first, 100_000) is None

@@ -32,7 +32,9 @@ Estimates, each a median so that one step slowed by a busy machine does not deci
   TPC-H's orders changed logs 450,000 rows of orders, Spark's to read, of which 92,546 change
   rows reached Q22's plan, well within `driver_rows` (estimated at 2.9 s from its steps on the
   driver, the step took 29.6 s against a 9.5 s recompute). Before a Spark-path step was
-  measured, one is expected to cost at least SPARK_PATH_UNMEASURED times a rescan for cost
+  measured (also before any incremental step: a large change right after the first run, which at
+  scale 1, a tenth of the orders changed, took the 22 tables' steps four times their recompute,
+  bench/RESULTS.md), one is expected to cost at least SPARK_PATH_UNMEASURED times a rescan for cost
   (measured: 0.8 to 13 times the recompute, 6 in the median), and the rescan that wins is not
   tried but run for cost (no state kept): the state such a step would have kept is what a
   Spark-path step reads in full, and rebuilding it when a small change comes is a rescan's cost
@@ -207,6 +209,10 @@ def _estimate(working: list, rows: int, spark_path: bool | None, driver_rows: in
     incremental = (on_path or computed)[-INCREMENTAL_SEEN:]
     for_cost = [s for s in working if s.technique == "rescan" and s.reason.startswith(COST)][-RESCAN_SEEN:]
     rescans = for_cost or [s for s in working if s.technique == "rescan"][-RESCAN_SEEN:]
+    if spark_path and not computed and rescans:  # no incremental step measured on any path
+        output = statistics.median(_rescan_seconds(s, keeps_state=False) for s in rescans)
+        return Estimate(SPARK_PATH_UNMEASURED * output, output, 0, len(rescans), rows, bool(for_cost),
+                        path_measured=False)
     if not incremental or not rescans:
         return None
     largest = max(s.rows_read for s in incremental)

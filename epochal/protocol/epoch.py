@@ -447,12 +447,16 @@ def _weigh_unread(env: Environment, table, step: Step, history: list[Step], inpu
     expected = cost.expected_rows(recent, logged)
     spark_path = env.reads is None or not all(env.reads.holds_range(inputs[name].path, rows)
                                               for name, rows in by_input.items())
-    estimate = cost.estimate(history, expected, spark_path, env.driver_rows, read=False) if expected is not None else None
+    estimate = cost.estimate(history, logged if expected is None else expected, spark_path, env.driver_rows, read=False)
+    if expected is None and (estimate is None or estimate.path_measured):  # no share says how many rows reach the plan
+        estimate = None
     margin = cost.unread_margin(recent) if estimate is None or estimate.path_measured else cost.MARGIN
     if cost.favours_rescan_unread(estimate, margin):
         raise reasons.Costly(
-            reasons.Trigger(reasons.COST, f"not read: the inputs' commits logged {logged} changed rows, {expected} "
-                                          f"expected to reach the plan (the share of its recent steps, past "
+            reasons.Trigger(reasons.COST, f"not read: the inputs' commits logged {logged} changed rows, "
+                                          + (f"{expected} expected to reach the plan (the share of its recent steps"
+                                             if expected is not None else "no step has measured how many reach the "
+                                             "plan (as many assumed") + f", past "
                                           f"the estimates' margin of {margin:.2f} before reading); "
                                           + estimate.describe()),
             {"estimate": {**estimate.as_dict(), "logged_rows": logged, "unread": True,
