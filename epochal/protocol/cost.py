@@ -32,8 +32,8 @@ Estimates, each a median so that one step slowed by a busy machine does not deci
   TPC-H's orders changed logs 450,000 rows of orders, Spark's to read, of which 92,546 change
   rows reached Q22's plan, well within `driver_rows` (estimated at 2.9 s from its steps on the
   driver, the step took 29.6 s against a 9.5 s recompute). Before a Spark-path step was
-  measured (also before any incremental step: a large change right after the first run, which at
-  scale 1, a tenth of the orders changed, took the 22 tables' steps four times their recompute,
+  measured (also before any incremental step: a tenth of TPC-H's orders changed at scale 1 right
+  after the first run, run incrementally by every table, took the epoch four times its recompute,
   bench/RESULTS.md), one is expected to cost at least SPARK_PATH_UNMEASURED times a rescan for cost
   (measured: 0.8 to 13 times the recompute, 6 in the median), and the rescan that wins is not
   tried but run for cost (no state kept): the state such a step would have kept is what a
