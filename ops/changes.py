@@ -49,7 +49,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 import uuid
 from datetime import date, datetime
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -583,9 +582,10 @@ class ChangeGenerator:
 
         order_day = START_DAY + rng.integers(0, LAST_ORDER_DAY - START_DAY + 1, size=count)
         quantity = rng.integers(1, 51, size=line_count)
-        ship = order_day[line_order] + rng.integers(1, 122, size=line_count)
+        line_day = order_day[line_order]
+        ship = line_day + rng.integers(1, 122, size=line_count)
         receipt = ship + rng.integers(1, 31, size=line_count)
-        commit = order_day[line_order] + rng.integers(30, 91, size=line_count)
+        commit = line_day + rng.integers(30, 91, size=line_count)
         discount = rng.integers(0, 11, size=line_count)
         tax = rng.integers(0, 9, size=line_count)
         flags = np.array(["R", "A"], dtype=object)[rng.integers(0, 2, size=line_count)]
@@ -660,7 +660,7 @@ class ChangeGenerator:
         path = self.warehouse.source_path(table)
         target = self.spark.read.format("delta").load(path)
         names = target.columns
-        schema = pa.schema([pa.field(f.name, _arrow_type(f.dataType)) for f in target.schema.fields])
+        schema = pa.schema([pa.field(f.name, to_arrow_type(f.dataType)) for f in target.schema.fields])
         source = self.spark.createDataFrame(_merge_source(plan, schema))
         condition = _merge_condition(plan, table, lambda name: f"`{name}`")
         # Spark SQL's MERGE (Delta's SQL extension), which a Spark Connect server runs as well
@@ -705,12 +705,6 @@ class ChangeGenerator:
             deleted_key_table=_key_table(plan.deletes, table),
             updated_key_table=_key_table(plan.updates, table),
         )
-
-
-def _arrow_type(spark_type: Any) -> pa.DataType:
-    """The Arrow type of a TPC-H column's Spark type."""
-    return to_arrow_type(spark_type)
-
 
 
 REPORTED_TABLES = ALWAYS_CHANGED
