@@ -40,6 +40,7 @@ import json
 import os
 import shutil
 import statistics
+import threading
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -203,9 +204,14 @@ def _versions(spark, root: str) -> dict[str, int]:
 
 
 def recompute_table_seconds(engine, name: str, root: str) -> float:
-    frame = engine.recompute(name)
-    return _timed(lambda: frame.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
-                  .save(f"{root}/_recompute/{name}"))[0]
+    """Recompute-and-overwrite one table, its jobs in the thread's scheduler pool as the engine's
+    steps run theirs (so tables recomputed at once share the cores as steps do)."""
+    from epochal.sessions import scheduler_pool
+
+    with scheduler_pool(engine.spark, threading.current_thread().name):
+        frame = engine.recompute(name)
+        return _timed(lambda: frame.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+                      .save(f"{root}/_recompute/{name}"))[0]
 
 
 def _recompute_all(engine, names: list[str], root: str) -> tuple[float, dict[str, float]]:

@@ -18,6 +18,7 @@ import dataclasses
 import functools
 import logging
 import re
+import threading
 import time
 import uuid
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
@@ -55,7 +56,7 @@ from .protocol import epoch as protocol
 from .protocol.epoch import Report
 from .protocol.environment import Environment, Triggers
 from .protocol.writes import written_on_driver
-from .sessions import engine_confs, session_confs
+from .sessions import engine_confs, scheduler_pool, session_confs
 from .storage.access import check_warehouse
 from .storage.clock import clock_named
 from .storage.deltalog import DeltaLog
@@ -97,6 +98,13 @@ def output_frame(spark: SparkSession, table: "Table", inputs: dict[str, InputRan
 
     frames = {placeholder: read(name) for placeholder, name in table.compiled.placeholders.items()}
     return spark.sql(table.compiled.recompute_sql, **frames)
+
+
+def _run_in_pool(env: Environment, table: "Table", epoch: Epoch, full_refresh: bool) -> Report:
+    """One step of a parallel refresh, its jobs in its worker thread's scheduler pool
+    (sessions.scheduler_pool): steps at once share the cores rather than queue."""
+    with scheduler_pool(env.spark, threading.current_thread().name):
+        return protocol.run(env, table, epoch, full_refresh=full_refresh)
 
 
 def _few_rows(rows: int | None) -> bool:
@@ -505,7 +513,7 @@ class Engine:
                     for key, value in confs.items():
                         session.conf.set(key, value)
                     env = self._environment(session, reads, step_settings)
-                    running[pool.submit(protocol.run, env, self.table(name), epoch, full_refresh=full_refresh)] = name
+                    running[pool.submit(_run_in_pool, env, self.table(name), epoch, full_refresh)] = name
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
                 for future in done:
                     name = running.pop(future)

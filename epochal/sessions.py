@@ -9,6 +9,7 @@ from contextlib import contextmanager
 log = logging.getLogger("epochal")
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+SCHEDULER_POOL = "spark.scheduler.pool"
 SNAPSHOT_PARTITIONS = "spark.databricks.delta.snapshotPartitions"
 CODEGEN_CACHE = "spark.sql.codegen.cache.maxEntries"
 # Spark's and Delta's defaults, sized for clusters and large tables: a step over a change batch of
@@ -56,3 +57,25 @@ def engine_confs(spark) -> dict[str, str]:
                     "distinct plans than that). It is a static setting: set it to 4096 when building the session "
                     "(SparkSession.builder.config(%r, '4096'))", CODEGEN_CACHE, entries, CODEGEN_CACHE)
     return confs
+
+
+@contextmanager
+def scheduler_pool(spark, pool: str):
+    """Run the block's Spark jobs in the scheduler pool `pool` (a thread-local property), then
+    restore the thread's pool. Under `spark.scheduler.mode=FAIR` (resources/session.py sets it)
+    steps running at once, each in its own pool, share the cores; under Spark's default FIFO a
+    step's jobs wait behind every task of the jobs submitted before them, so a small step beside a
+    large one took several times its own tasks' seconds (TPC-H Q15 at scale 10, a tenth of the
+    orders changed: 30.8 s of wall for 11.4 s of tasks, bench/RESULTS.md), and the cost model
+    learnt its partner's cost as its own. Harmless under FIFO, and a no-op on Spark Connect."""
+    try:
+        context = spark.sparkContext
+    except Exception:  # noqa: BLE001 - Spark Connect raises; its server schedules
+        yield
+        return
+    previous = context.getLocalProperty(SCHEDULER_POOL)
+    context.setLocalProperty(SCHEDULER_POOL, pool)
+    try:
+        yield
+    finally:
+        context.setLocalProperty(SCHEDULER_POOL, previous)

@@ -282,6 +282,9 @@ def delta_spark_session(settings: SparkSettings | None = None):
         # Delta replays its log with this many tasks; the default (50) is sized for clusters.
         .config("spark.databricks.delta.snapshotPartitions", "2")
         .config("spark.sql.adaptive.enabled", "true")
+        # steps refreshed at once run each in its own pool (epochal.sessions.scheduler_pool) and
+        # share the cores, rather than queue behind each other's tasks in submission order
+        .config("spark.scheduler.mode", "FAIR")
         # Every epoch runs the same plan shapes again; Spark compiles generated code once per
         # distinct source and keeps 100 (the default), far fewer than a pipeline's steps produce, so
         # it would recompile most of them every epoch (thousands of compilations over a few epochs
