@@ -94,6 +94,9 @@ def _arguments(argv=None) -> argparse.Namespace:
     parser.add_argument("--day", action="store_true",
                         help="a day of hourly epochs per scale, first epoch and daily maintenance included, "
                              "reported as cumulative seconds of both sides (default 24 epochs after the first)")
+    parser.add_argument("--recompute-every", type=int, default=1, metavar="N",
+                        help="recompute in the first of every N epochs and the last; the epochs between take the "
+                             "recompute seconds of the one before them (the report says which were measured)")
     parser.add_argument("--source-writer", choices=("delta-rs", "spark"), default="delta-rs",
                         help="who commits the change batches to the sources (ops.changes.ChangeGenerator's "
                              "writer; not timed): 'spark' as runs before 2026-11-26 did")
@@ -245,10 +248,13 @@ def _unread_columns_epoch(engine, spark, root: str, names: list[str], at, rows: 
     return dict(seconds=round(seconds, 3), steps=steps)
 
 
-def _epoch(engine, spark, root: str, generator, index: int, queries: list[str], extras: bool = True) -> dict:
+def _epoch(engine, spark, root: str, generator, index: int, queries: list[str], extras: bool = True,
+           last_recompute: dict | None = None) -> dict:
     """One change batch; then the whole incremental epoch over every table (one refresh, as a
     schedule runs it), the recompute-and-overwrite of every table, and with `extras` a noop epoch,
-    an unread-columns epoch and the floor."""
+    an unread-columns epoch and the floor. With `last_recompute` (an earlier epoch of this run)
+    the recompute is not run: its seconds, whole and per table, are that epoch's, and the epoch
+    says so (`recompute_measured_at`)."""
     before = _versions(spark, root)
     batch = generator.apply_batch(index, batch_time(index))
     until = LOADED_AT + timedelta(hours=index)
@@ -262,9 +268,15 @@ def _epoch(engine, spark, root: str, generator, index: int, queries: list[str], 
                 for path, key, version, what, seconds in engine.arranged]
     served = [dict(input=Path(path).name, key=key, **counts) for (path, key), counts in engine.arranged_reads.items()]
     copies = next((r.detail["arrangements"]["copies"] for r in reports if "arrangements" in r.detail), {})
-    _reset_peaks(spark)
-    recompute, recomputes = _recompute_all(engine, names, root)
-    recompute_peak = _peak_gigabytes(spark)
+    if last_recompute is None:
+        _reset_peaks(spark)
+        recompute, recomputes = _recompute_all(engine, names, root)
+        recompute_peak = _peak_gigabytes(spark)
+        measured_at = index
+    else:
+        recompute, recompute_peak = last_recompute["recompute_seconds"], last_recompute["peak_gigabytes"]["recompute"]
+        recomputes = {name: t["recompute_seconds"] for name, t in last_recompute["tables"].items()}
+        measured_at = last_recompute["recompute_measured_at"]
     noop, unread = None, {}
     if extras:
         noop, _ = _timed(lambda: engine.refresh(names, until=until + timedelta(minutes=10), upstream=False))
@@ -282,7 +294,7 @@ def _epoch(engine, spark, root: str, generator, index: int, queries: list[str], 
     changed = {t: batch.counts(t) for t in SOURCES}
     return dict(index=index, floor_seconds=_rounded(floor), floor_driver_seconds=_rounded(floor_driver),
                 incremental_seconds=round(incremental, 3), recompute_seconds=round(recompute, 3),
-                noop_seconds=_rounded(noop), unread_columns=unread,
+                recompute_measured_at=measured_at, noop_seconds=_rounded(noop), unread_columns=unread,
                 source_changes=changed, arranged=arranged, arranged_reads=served, copies=copies,
                 peak_gigabytes=dict(incremental=incremental_peak, recompute=recompute_peak), tables=tables)
 
@@ -330,7 +342,13 @@ def _driver_pids(spark) -> dict[str, int | None]:
 
 def _reset_peaks(spark) -> None:
     """Start the driver's peak resident memory over from what it holds now (Linux: clear_refs 5),
-    so that a phase's peak is its own (and includes what the processes held going into it)."""
+    so that a phase's peak is its own (and includes what the processes held going into it). The
+    pages Python's allocators kept from what the bench did before (drawing a change batch of 10%
+    of scale 10's orders peaks at 3.5 GB) are given back first: they are the bench's, not the
+    engine's, and a process that ran nothing but the engine would not hold them."""
+    from epochal.memory import give_back_freed_memory
+
+    give_back_freed_memory()
     for pid in _driver_pids(spark).values():
         try:
             with open(f"/proc/{pid}/clear_refs", "w") as refs:
@@ -372,10 +390,13 @@ def _first_epoch(engine, reports) -> dict:
 def run_scale(spark, work: Path, scale: float, fractions: list[float], epochs: int, queries: list[str],
               driver_rows: int | None = None, source_writer: str = "delta-rs", arrange_rows: int | None = -1,
               parallelism: int | None = None, day: bool = False, switch_interval: float | None = -1,
-              keep: bool = False, resume: str | None = None) -> list[dict]:
+              keep: bool = False, resume: str | None = None, recompute_every: int = 1) -> list[dict]:
     """One warehouse at `scale`: its first epoch, then `epochs` epochs at each of `fractions` in
     turn; one run per fraction (each carries the shared first epoch's figures). `keep` leaves the
-    warehouse in place; `resume` goes on with a warehouse left by an earlier run (no first epoch)."""
+    warehouse in place; `resume` goes on with a warehouse left by an earlier run (no first epoch).
+    `recompute_every` N: the recompute runs in the first of every N epochs and the last, the epochs
+    between taking the seconds of the one before them (a day at scale 10 recomputed every hour
+    takes over two hours here, nine tenths of it the recomputes)."""
     from ops.changes import ChangeGenerator
 
     root = str(Path(resume).resolve()) if resume else tpch_warehouse(spark, work, scale, f"run-{scale:g}-{fractions[0]:g}")
@@ -396,9 +417,11 @@ def run_scale(spark, work: Path, scale: float, fractions: list[float], epochs: i
     for fraction in fractions:
         generator = ChangeGenerator(spark, root, seed=11, fraction=fraction, writer=source_writer)
         results = []
-        for _ in range(epochs):
+        for number in range(epochs):
             index += 1
-            results.append(_epoch(engine, spark, root, generator, index, queries, extras=not day))
+            sampled = number % recompute_every != 0 and number != epochs - 1
+            results.append(_epoch(engine, spark, root, generator, index, queries, extras=not day,
+                                  last_recompute=results[-1] if sampled else None))
             epoch = results[-1]
             print(f"  scale {scale:g} fraction {fraction:g} epoch {index}: whole epoch incremental "
                   f"{epoch['incremental_seconds']:.1f}s, recompute {epoch['recompute_seconds']:.1f}s "
@@ -529,8 +552,15 @@ def _day_lines(run: dict) -> list[str]:
              "|---:|---:|---:|---:|---:|",
              f"| first | {run['first_epoch_seconds']:.1f} | {run['first_recompute_seconds']:.1f} | "
              f"{totals['incremental'][0]:.1f} | {totals['recompute'][0]:.1f} |"]
+    measured = [e["index"] for e in run["epochs"] if e.get("recompute_measured_at", e["index"]) == e["index"]]
+    if len(measured) < len(run["epochs"]):
+        lines[0] = lines[0].replace("** cumulative", "** cumulative (the recompute run in epochs " + ", ".join(
+            map(str, measured)) + "; each epoch between takes the seconds of the one before it, in parentheses)", 1)
     for number, epoch in enumerate(run["epochs"], start=1):
-        lines.append(f"| {epoch['index']} | {epoch['incremental_seconds']:.1f} | {epoch['recompute_seconds']:.1f} | "
+        recompute = f"{epoch['recompute_seconds']:.1f}"
+        if epoch.get("recompute_measured_at", epoch["index"]) != epoch["index"]:
+            recompute = f"({recompute})"
+        lines.append(f"| {epoch['index']} | {epoch['incremental_seconds']:.1f} | {recompute} | "
                      f"{totals['incremental'][number]:.1f} | {totals['recompute'][number]:.1f} |")
     return lines + ["(the last row's totals include the daily maintenance)", ""]
 
@@ -829,7 +859,8 @@ def main(argv=None) -> None:
         fractions = [f * (arguments.scales[0] / scale if arguments.same_change_rows else 1) for f in arguments.fraction]
         runs.extend(run_scale(spark, work, scale, fractions, arguments.epochs, queries, arguments.driver_rows,
                               arguments.source_writer, arguments.arrange_rows, arguments.parallelism, arguments.day,
-                              switch_interval=arguments.switch_interval, keep=arguments.keep, resume=arguments.resume))
+                              switch_interval=arguments.switch_interval, keep=arguments.keep, resume=arguments.resume,
+                              recompute_every=arguments.recompute_every))
         save()
     sweep_queries = [f"tpch_q{n:02d}" for n in arguments.sweep_queries]
     if arguments.sweep:
