@@ -56,7 +56,7 @@ from .protocol import epoch as protocol
 from .protocol.epoch import Report
 from .protocol.environment import Environment, Triggers
 from .protocol.writes import written_on_driver
-from .sessions import engine_confs, scheduler_pool, session_confs
+from .sessions import engine_confs, scheduler_pool, session_confs, warn_if_fifo
 from .storage.access import check_warehouse
 from .storage.clock import clock_named
 from .storage.deltalog import DeltaLog
@@ -495,6 +495,7 @@ class Engine:
             with session_confs(self.spark, confs):
                 env = self._environment(self.spark, reads, settings.current(self.spark))
                 return [protocol.run(env, self.table(name), epoch, full_refresh=full_refresh) for name in names]
+        warn_if_fifo(self.spark)
         reports: dict[str, Report] = {}
         pending, running, errors = list(names), {}, []
         caller_settings = settings.current(self.spark)

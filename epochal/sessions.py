@@ -10,6 +10,7 @@ log = logging.getLogger("epochal")
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 SCHEDULER_POOL = "spark.scheduler.pool"
+SCHEDULER_MODE = "spark.scheduler.mode"
 SNAPSHOT_PARTITIONS = "spark.databricks.delta.snapshotPartitions"
 CODEGEN_CACHE = "spark.sql.codegen.cache.maxEntries"
 # Spark's and Delta's defaults, sized for clusters and large tables: a step over a change batch of
@@ -57,6 +58,20 @@ def engine_confs(spark) -> dict[str, str]:
                     "distinct plans than that). It is a static setting: set it to 4096 when building the session "
                     "(SparkSession.builder.config(%r, '4096'))", CODEGEN_CACHE, entries, CODEGEN_CACHE)
     return confs
+
+
+def warn_if_fifo(spark) -> None:
+    """Warn once when steps are to run at once on a session whose scheduler is FIFO (a static
+    setting): they queue behind each other's tasks rather than share the cores."""
+    try:
+        mode = spark.sparkContext.getConf().get("spark.scheduler.mode", "FIFO")
+    except Exception:  # noqa: BLE001 - Spark Connect: the server schedules
+        return
+    if mode.upper() == "FIFO" and SCHEDULER_MODE not in _warned:
+        _warned.add(SCHEDULER_MODE)
+        log.warning("spark.scheduler.mode is FIFO: steps refreshed at once (Engine(parallelism>1)) queue behind each "
+                    "other's tasks, a small step waiting for a large one's. It is a static setting: build the session "
+                    "with SparkSession.builder.config(%r, 'FAIR')", SCHEDULER_MODE)
 
 
 @contextmanager
