@@ -209,7 +209,7 @@ def _versions(spark, root: str) -> dict[str, int]:
 def recompute_table_seconds(engine, name: str, root: str) -> float:
     """Recompute-and-overwrite one table, its jobs in the thread's scheduler pool as the engine's
     steps run theirs (so tables recomputed at once share the cores as steps do)."""
-    from epochal.sessions import scheduler_pool
+    from epochal.metrics import scheduler_pool
 
     with scheduler_pool(engine.spark, threading.current_thread().name):
         frame = engine.recompute(name)
@@ -558,7 +558,7 @@ def _day_lines(run: dict) -> list[str]:
             map(str, measured)) + "; each epoch between takes the seconds of the one before it, in parentheses)", 1)
     for number, epoch in enumerate(run["epochs"], start=1):
         recompute = f"{epoch['recompute_seconds']:.1f}"
-        if epoch.get("recompute_measured_at", epoch["index"]) != epoch["index"]:
+        if epoch["index"] not in measured:
             recompute = f"({recompute})"
         lines.append(f"| {epoch['index']} | {epoch['incremental_seconds']:.1f} | {recompute} | "
                      f"{totals['incremental'][number]:.1f} | {totals['recompute'][number]:.1f} |")

@@ -47,6 +47,7 @@ from .keyed.local_copies import LocalCopies
 from .keyed.shared_reads import SharedReads
 from .keyed.upkeep import Upkeep
 from .memory import FreedMemory
+from .metrics import scheduler_pool
 from .planning.compile import Compiled, compile_definition, parse, referenced_tables
 from .planning.keys import output_key
 from .planning.optimize import passes_named
@@ -56,7 +57,7 @@ from .protocol import epoch as protocol
 from .protocol.epoch import Report
 from .protocol.environment import Environment, Triggers
 from .protocol.writes import written_on_driver
-from .sessions import engine_confs, scheduler_pool, session_confs, warn_if_fifo
+from .sessions import engine_confs, session_confs, warn_if_fifo
 from .storage.access import check_warehouse
 from .storage.clock import clock_named
 from .storage.deltalog import DeltaLog
@@ -102,7 +103,7 @@ def output_frame(spark: SparkSession, table: "Table", inputs: dict[str, InputRan
 
 def _run_in_pool(env: Environment, table: "Table", epoch: Epoch, full_refresh: bool) -> Report:
     """One step of a parallel refresh, its jobs in its worker thread's scheduler pool
-    (sessions.scheduler_pool): steps at once share the cores rather than queue."""
+    (metrics.scheduler_pool): steps at once share the cores rather than queue."""
     with scheduler_pool(env.spark, threading.current_thread().name):
         return protocol.run(env, table, epoch, full_refresh=full_refresh)
 

@@ -19,6 +19,7 @@ from collections import Counter
 from contextlib import contextmanager
 
 JOB_GROUP = "spark.jobGroup.id"
+SCHEDULER_POOL = "spark.scheduler.pool"
 
 
 class Meter:
@@ -78,18 +79,37 @@ def _context(spark):
 
 
 @contextmanager
-def metered(spark, meter: Meter):
-    """Run the block's Spark jobs in the meter's job group, then restore the thread's group."""
+def _thread_property(spark, key: str, value: str):
+    """Set a Spark local property of this thread (what its jobs carry) for the block, then
+    restore it; nothing on Spark Connect, whose server owns its threads."""
     context = _context(spark)
     if context is None:
-        yield meter
+        yield
         return
-    previous = context.getLocalProperty(JOB_GROUP)
-    context.setLocalProperty(JOB_GROUP, meter.group)
+    previous = context.getLocalProperty(key)
+    context.setLocalProperty(key, value)
     try:
-        yield meter
+        yield
     finally:
-        context.setLocalProperty(JOB_GROUP, previous)
+        context.setLocalProperty(key, previous)
+
+
+@contextmanager
+def metered(spark, meter: Meter):
+    """Run the block's Spark jobs in the meter's job group, then restore the thread's group."""
+    with _thread_property(spark, JOB_GROUP, meter.group):
+        yield meter
+
+
+def scheduler_pool(spark, pool: str):
+    """Run the block's Spark jobs in the scheduler pool `pool`, then restore the thread's pool.
+    Under `spark.scheduler.mode=FAIR` (resources/session.py sets it) steps running at once, each
+    in its own pool, share the cores; under Spark's default FIFO a step's jobs wait behind every
+    task of the jobs submitted before them, so a small step beside a large one took several times
+    its own tasks' seconds (TPC-H Q15 at scale 10, a tenth of the orders changed: 30.8 s of wall
+    for 11.4 s of tasks, bench/RESULTS.md), and the cost model learnt its partner's cost as its
+    own. Harmless under FIFO."""
+    return _thread_property(spark, SCHEDULER_POOL, pool)
 
 
 def _jobs_and_bytes(context, group: str) -> tuple[int, int | None, list[str], float | None, float | None]:

@@ -9,7 +9,6 @@ from contextlib import contextmanager
 log = logging.getLogger("epochal")
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
-SCHEDULER_POOL = "spark.scheduler.pool"
 SCHEDULER_MODE = "spark.scheduler.mode"
 SNAPSHOT_PARTITIONS = "spark.databricks.delta.snapshotPartitions"
 CODEGEN_CACHE = "spark.sql.codegen.cache.maxEntries"
@@ -64,7 +63,7 @@ def warn_if_fifo(spark) -> None:
     """Warn once when steps are to run at once on a session whose scheduler is FIFO (a static
     setting): they queue behind each other's tasks rather than share the cores."""
     try:
-        mode = spark.sparkContext.getConf().get("spark.scheduler.mode", "FIFO")
+        mode = spark.sparkContext.getConf().get(SCHEDULER_MODE, "FIFO")
     except Exception:  # noqa: BLE001 - Spark Connect: the server schedules
         return
     if mode.upper() == "FIFO" and SCHEDULER_MODE not in _warned:
@@ -73,24 +72,3 @@ def warn_if_fifo(spark) -> None:
                     "other's tasks, a small step waiting for a large one's. It is a static setting: build the session "
                     "with SparkSession.builder.config(%r, 'FAIR')", SCHEDULER_MODE)
 
-
-@contextmanager
-def scheduler_pool(spark, pool: str):
-    """Run the block's Spark jobs in the scheduler pool `pool` (a thread-local property), then
-    restore the thread's pool. Under `spark.scheduler.mode=FAIR` (resources/session.py sets it)
-    steps running at once, each in its own pool, share the cores; under Spark's default FIFO a
-    step's jobs wait behind every task of the jobs submitted before them, so a small step beside a
-    large one took several times its own tasks' seconds (TPC-H Q15 at scale 10, a tenth of the
-    orders changed: 30.8 s of wall for 11.4 s of tasks, bench/RESULTS.md), and the cost model
-    learnt its partner's cost as its own. Harmless under FIFO, and a no-op on Spark Connect."""
-    try:
-        context = spark.sparkContext
-    except Exception:  # noqa: BLE001 - Spark Connect raises; its server schedules
-        yield
-        return
-    previous = context.getLocalProperty(SCHEDULER_POOL)
-    context.setLocalProperty(SCHEDULER_POOL, pool)
-    try:
-        yield
-    finally:
-        context.setLocalProperty(SCHEDULER_POOL, previous)

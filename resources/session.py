@@ -282,7 +282,7 @@ def delta_spark_session(settings: SparkSettings | None = None):
         # Delta replays its log with this many tasks; the default (50) is sized for clusters.
         .config("spark.databricks.delta.snapshotPartitions", "2")
         .config("spark.sql.adaptive.enabled", "true")
-        # steps refreshed at once run each in its own pool (epochal.sessions.scheduler_pool) and
+        # steps refreshed at once run each in its own pool (epochal.metrics.scheduler_pool) and
         # share the cores, rather than queue behind each other's tasks in submission order
         .config("spark.scheduler.mode", "FAIR")
         # Every epoch runs the same plan shapes again; Spark compiles generated code once per
