@@ -307,24 +307,45 @@ def _daily_maintenance(spark, root: str, names: list[str]) -> dict:
     """The day's maintenance as an operator schedules it (ops/maintenance.py's jobs at their
     defaults): OPTIMIZE of the derived tables, their state and bookkeeping, then VACUUM of them and
     the arrangements within Delta's default retention; on the recompute's side VACUUM of its
-    tables (an overwrite leaves every earlier version's files behind; OPTIMIZE would find nothing)."""
+    tables (an overwrite leaves every earlier version's files behind; OPTIMIZE would find nothing).
+    `breakdown`: per side and action, the targets, those left undone for nothing to do
+    (maintenance.nothing_to_compact, nothing_to_vacuum) and their seconds."""
     from epochal import maintenance
     from epochal.maintenance import DeltaTarget
 
+    results = {"incremental": [], "recompute": []}
+
     def engine_side():
         for target in maintenance.targets(root, names, state=True, bookkeeping=True, spark=spark):
-            maintenance.optimize(spark, target)
+            results["incremental"].append(maintenance.optimize(spark, target))
         needed = maintenance.needed_versions(root, spark)
         for target in maintenance.targets(root, names, state=True, bookkeeping=True, arrangements=True, spark=spark):
-            maintenance.vacuum(spark, target, keep_version=needed.get(target.path))
+            results["incremental"].append(maintenance.vacuum(spark, target, keep_version=needed.get(target.path)))
 
     def recompute_side():
         for name in names:
-            maintenance.vacuum(spark, DeltaTarget(name, "derived", f"{root}/_recompute/{name}"))
+            results["recompute"].append(maintenance.vacuum(spark, DeltaTarget(name, "derived", f"{root}/_recompute/{name}")))
 
     engine_seconds, _ = _timed(engine_side)
     recompute_seconds, _ = _timed(recompute_side)
-    return dict(incremental_seconds=round(engine_seconds, 3), recompute_seconds=round(recompute_seconds, 3))
+    breakdown = {}
+    for side, done in results.items():
+        for result in done:
+            row = breakdown.setdefault(f"{side} {result.action} {result.target.kind}",
+                                       dict(targets=0, nothing_to_do=0, seconds=0.0))
+            row["targets"] += 1
+            row["nothing_to_do"] += bool(result.detail.get("nothing_to_do"))
+            row["seconds"] = round(row["seconds"] + result.seconds, 3)
+    return dict(incremental_seconds=round(engine_seconds, 3), recompute_seconds=round(recompute_seconds, 3),
+                breakdown=breakdown)
+
+
+def _maintenance_parts(daily: dict) -> str:
+    """The daily maintenance's seconds per side, action and kind of table, and how many of those
+    tables had nothing to do (no Spark job run for them)."""
+    parts = [f"{name} {row['seconds']:.1f} s ({row['targets']} tables, {row['nothing_to_do']} with nothing to do)"
+             for name, row in sorted((daily.get("breakdown") or {}).items())]
+    return " Maintenance by part: " + "; ".join(parts) + "." if parts else ""
 
 
 def _upkeep_done(root: str) -> dict[str, int]:
@@ -547,7 +568,8 @@ def _day_lines(run: dict) -> list[str]:
              f"{run['first_recompute_seconds']} s. Daily maintenance: {_format(daily.get('incremental_seconds'))} s "
              f"(OPTIMIZE and VACUUM of the engine's tables) against {_format(daily.get('recompute_seconds'))} s (VACUUM "
              f"of the recompute's); the engine's own upkeep within the epochs: {daily.get('state_compactions', '-')} "
-             f"state compactions, {daily.get('arrangement_rebuilds', '-')} arrangement rebuilds.", "",
+             f"state compactions, {daily.get('arrangement_rebuilds', '-')} arrangement rebuilds." + _maintenance_parts(daily),
+             "",
              "| epoch | incremental s | recompute s | cumulative incremental s | cumulative recompute s |",
              "|---:|---:|---:|---:|---:|",
              f"| first | {run['first_epoch_seconds']:.1f} | {run['first_recompute_seconds']:.1f} | "

@@ -17,6 +17,7 @@ OPTIMIZE and VACUUM hold the table's commit lock on a local path (storage/commit
 
 from __future__ import annotations
 
+import collections
 import math
 import os
 import shutil
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError
 
 from .arrow_rows import is_connect
 from .errors import EpochalError
@@ -169,23 +171,54 @@ def needed_versions(root: str, spark=None) -> dict[str, int]:
     return needed
 
 
+def nothing_to_compact(path: str) -> str | None:
+    """Why Delta's OPTIMIZE of the table at `path` would rewrite nothing, read from its log by
+    delta-rs, or None where it may rewrite something. OPTIMIZE packs each partition's candidate
+    files into bins and rewrites only the bins of two files or more (Delta's OptimizeTableCommand,
+    groupFilesIntoBins), so a partition of one file gives it nothing to do whatever its size or
+    deletion vectors. A clustered table, which OPTIMIZE reclusters, is left to it."""
+    try:
+        table = DeltaTable(path)
+        if "clustering" in (table.protocol().writer_features or []):
+            return None
+        partitioning = [f"partition.{c}" for c in table.metadata().partition_columns]
+        actions = table.get_add_actions(flatten=True)
+        per_partition = collections.Counter(
+            zip(*(actions.column(c).to_pylist() for c in partitioning)) if partitioning else [()] * actions.num_rows)
+    except (DeltaError, OSError, ValueError, KeyError):  # not read here: OPTIMIZE decides
+        return None
+    if any(files > 1 for files in per_partition.values()):
+        return None
+    return f"at most one file in each of its {len(per_partition)} partitions" if partitioning else \
+        f"{actions.num_rows} file{'s' if actions.num_rows != 1 else ''}"
+
+
 def optimize(spark, target: DeltaTarget) -> MaintenanceResult:
     """Compact small files (Delta OPTIMIZE for Spark-written tables, delta-rs compaction plus a
     checkpoint for the engine's bookkeeping tables). Rows and their versions are unchanged: the
-    new commit has dataChange=false, so change feeds and epochs do not see it."""
+    new commit has dataChange=false, so change feeds and epochs do not see it. A table with
+    nothing to compact (`nothing_to_compact`) is left as it is, without a Spark job."""
     began = time.monotonic()
+    idle = nothing_to_compact(target.path) if target.kind not in ("ledger", "remap") else None
+    if idle is not None:
+        detail = {"files_removed": 0, "files_added": 0, "version": DeltaLog.open(target.path).version,
+                  "nothing_to_do": True}
+        return MaintenanceResult(target, "optimize", round(time.monotonic() - began, 3), detail,
+                                 f"{target.label}: nothing to compact ({idle})")
     if target.kind in ("ledger", "remap"):
         with commit_lock(target.path):
             table = DeltaTable(target.path)
             metrics = table.optimize.compact()
             table.create_checkpoint()
-        detail = {"files_removed": int(metrics.get("numFilesRemoved", 0)), "files_added": int(metrics.get("numFilesAdded", 0))}
+        detail = {"files_removed": int(metrics.get("numFilesRemoved", 0)), "files_added": int(metrics.get("numFilesAdded", 0)),
+                  "nothing_to_do": False}
     else:
         # SQL rather than Delta's DeltaTable API, which a Spark Connect server runs only with Delta's plugin
         with commit_lock(target.path):
             row = spark.sql(f"OPTIMIZE {delta_path(target.path)}").first()
         metrics = row["metrics"].asDict() if row is not None else {}
-        detail = {"files_removed": int(metrics.get("numFilesRemoved", 0)), "files_added": int(metrics.get("numFilesAdded", 0))}
+        detail = {"files_removed": int(metrics.get("numFilesRemoved", 0)), "files_added": int(metrics.get("numFilesAdded", 0)),
+                  "nothing_to_do": False}
     detail["version"] = DeltaLog.open(target.path).version
     return MaintenanceResult(target, "optimize", round(time.monotonic() - began, 3), detail,
                              f"{target.label}: {detail['files_removed']} files compacted into {detail['files_added']}")
@@ -209,6 +242,37 @@ def safe_retention_hours(path: str, requested: float, keep_version: int | None, 
                            f"still reads version {keep_version}")
 
 
+def nothing_to_vacuum(path: str, retention_hours: float, now: float | None = None) -> str | None:
+    """Why Delta's VACUUM of the table at `path` with `retention_hours` would delete nothing,
+    found by listing its folder on the driver, or None where it may delete something (or the
+    folder is not on a local file system). VACUUM deletes only files older than the retention
+    that the table no longer holds, and empty folders (Delta's VacuumCommand.gc); a folder whose
+    every file outside _delta_log is younger than the retention (less SAFETY_MARGIN_HOURS), and
+    that holds no empty folder, has nothing for it, however its log reads."""
+    if not is_local(path):
+        return None
+    root = local_path(path)
+    cutoff = (now if now is not None else time.time()) - (retention_hours - SAFETY_MARGIN_HOURS) * 3600
+
+    def refuse(error):
+        raise error
+
+    files = 0
+    try:
+        for folder, folders, names in os.walk(root, onerror=refuse):
+            if folder == root:
+                folders[:] = [f for f in folders if f != "_delta_log"]
+            elif not folders and not names:
+                return None
+            for name in names:
+                if os.stat(os.path.join(folder, name)).st_mtime < cutoff:
+                    return None
+            files += len(names)
+    except OSError:
+        return None
+    return f"none of its {files} files is older than {retention_hours - SAFETY_MARGIN_HOURS:g}h"
+
+
 def _listing_tasks(spark) -> int:
     try:
         return max(2, spark.sparkContext.defaultParallelism)
@@ -229,11 +293,15 @@ def vacuum(spark, target: DeltaTarget, retention_hours: float = DEFAULT_RETENTIO
             "explicitly (allow_short_retention) if you mean it"
         )
     hours, note = safe_retention_hours(target.path, retention_hours, keep_version)
+    detail = {"nothing_to_do": False}
     if target.kind in ("ledger", "remap", "arrangement"):
         with commit_lock(target.path):  # delta-rs logs VACUUM START and END as commits
             removed = DeltaTable(target.path).vacuum(retention_hours=int(math.ceil(hours)), dry_run=dry_run,
                                                      enforce_retention_duration=not allow_short_retention)
         count = len(removed)
+    elif (idle := nothing_to_vacuum(target.path, hours)) is not None:
+        count, note = 0, "; ".join(filter(None, [note, idle]))
+        detail["nothing_to_do"] = True
     else:
         quoted = target.path.replace("`", "``")
         confs = {LISTING_PARALLELISM: str(_listing_tasks(spark))}
@@ -244,8 +312,8 @@ def vacuum(spark, target: DeltaTarget, retention_hours: float = DEFAULT_RETENTIO
             if count and not dry_run:
                 with commit_lock(target.path):
                     spark.sql(f"VACUUM delta.`{quoted}` RETAIN {hours:g} HOURS").collect()
-    detail = {"files_deleted": 0 if dry_run else count, "files_deletable": count, "retention_hours": hours,
-              "keep_version": -1 if keep_version is None else keep_version}
+    detail |= {"files_deleted": 0 if dry_run else count, "files_deletable": count, "retention_hours": hours,
+               "keep_version": -1 if keep_version is None else keep_version}
     verb = "would delete" if dry_run else "deleted"
     message = f"{target.label}: {verb} {count} files older than {hours:g}h" + (f" ({note})" if note else "")
     return MaintenanceResult(target, "vacuum", round(time.monotonic() - began, 3), detail, message)
