@@ -123,7 +123,7 @@ def test_every_commit_the_engine_makes_to_a_local_table_holds_its_lock(spark, tm
 
     monkeypatch.setattr(module, "_flock", timed_flock)
     monkeypatch.setattr(module, "_unflock", timed_unflock)
-    upkeep = Upkeep(compact_after=2, rebuild_appends=2, rebuild_rows=0)
+    upkeep = Upkeep(compact_after=2, compact_fraction=0.0, rebuild_appends=2, rebuild_rows=0)
     roots = []
     for name, options in (("spark", {"driver_rows": 0}), ("mixed", {"driver_rows": 4, "arrange_rows": 0})):
         root = str(tmp_path / name)

@@ -67,8 +67,8 @@ ARRANGED_MATRIX = MATRIX + (
 assert {point for point, _ in ARRANGED_MATRIX} == set(POINTS)
 # The kept state's thresholds lowered: every state table compacted after one append, and every
 # arrangement built again after one (EAGER); or never built again (APPENDING), for the append point.
-EAGER = {"compact_after": 1, "rebuild_appends": 1, "rebuild_fraction": 0.0, "rebuild_rows": 0}
-APPENDING = {"compact_after": 1, "rebuild_appends": 64, "rebuild_fraction": 1e9, "rebuild_rows": 10 ** 9}
+EAGER = {"compact_after": 1, "compact_fraction": 0.0, "rebuild_appends": 1, "rebuild_fraction": 0.0, "rebuild_rows": 0}
+APPENDING = {"compact_after": 1, "compact_fraction": 0.0, "rebuild_appends": 64, "rebuild_fraction": 1e9, "rebuild_rows": 10 ** 9}
 # Prepared in place rather than copied: an arrangement is named after its input's path, so in a
 # copied warehouse the crashed epoch finds none and builds them (a moved warehouse rebuilds its
 # arrangements, a cache), never reaching the append.

@@ -21,7 +21,7 @@ from tests.test_differential_sql import AGGREGATES_AND_SETS, JOINS_AND_SUBQUERIE
 
 pytestmark = pytest.mark.long  # six epochs of fourteen tables: the long tier (make test-long, run by CI)
 
-EAGER = Upkeep(compact_after=2, rebuild_appends=3, rebuild_fraction=0.5, rebuild_rows=0)  # appended chains read, then rebuilt
+EAGER = Upkeep(compact_after=2, compact_fraction=0.0, rebuild_appends=3, rebuild_fraction=0.5, rebuild_rows=0)  # appended chains read, then rebuilt
 KEPT = {
     **{name: DEFINITIONS[name] for name in ("by_group", "totals", "joined", "joined_agg", "pairs",
                                             "left_path", "right_path", "diamond")},

@@ -77,13 +77,18 @@ log = logging.getLogger("epochal")
 
 ROW_GROUP = 2_000  # rows per Parquet row group of an arrangement (bench.keyed_reads: 2,000 vs 10,000)
 ROWS_PER_FILE = 4_000_000
-COMPRESSION = "UNCOMPRESSED"  # the driver's builds and appends as they were first written (parquet-rs's default)
+# every build and append, the driver's and Spark's: a Spark build of lineitem at scale 10 spent about a fifth
+# of its time compressing (Spark's default, snappy) files whose reads go through local copies made once
+# from them (`python -m bench.arrangement_writes 10`)
+COMPRESSION = "UNCOMPRESSED"
 ARRANGE_ROWS = 1_000_000  # inputs smaller than this are scanned (a scan of them costs what a lookup does)
 DRIVER_BUILD_ROWS = 10_000_000  # inputs up to this many rows are arranged on the driver, larger ones by Spark
 FORMAT = 1
 # commits that add and remove no rows: the maintenance job's VACUUM (delta-rs logs its start and end)
 ROWLESS_OPERATIONS = frozenset({"VACUUM START", "VACUUM END"})
 _row_group_setting = threading.Lock()
+SPARK_WRITE_CONFS = {  # the Spark session confs of its builds and appends
+    "parquet.block.row.count.limit": str(ROW_GROUP), "spark.sql.parquet.compression.codec": COMPRESSION.lower()}
 
 
 @dataclass(frozen=True)
@@ -578,10 +583,11 @@ class Arrangements:
                    .sortWithinPartitions(F.col(quoted(by_name[key.lower()]))))
         meta = dict(arrangement=FORMAT, since=None, to=version, columns=names, source=self._name(source), key=key,
                     rows=rows, source_id=self._id_at(source, version))
-        # Parquet takes the row-group bound from the write's Hadoop conf, which Spark builds from the
-        # session's confs (a DataFrameWriter option does not reach it through Delta's writer); a
-        # session conf also reaches a Spark Connect server's session, the client's Hadoop conf not.
-        with _row_group_setting, session_confs(spark, {"parquet.block.row.count.limit": str(ROW_GROUP)}), \
+        # Parquet takes the row-group bound (and Spark the codec) from the write's Hadoop conf, which
+        # Spark builds from the session's confs (a DataFrameWriter option does not reach it through
+        # Delta's writer); a session conf also reaches a Spark Connect server's session, the
+        # client's Hadoop conf not.
+        with _row_group_setting, session_confs(spark, SPARK_WRITE_CONFS), \
                 commit_lock(self.path(source, key)):
             (sorted_.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
              .option("userMetadata", json.dumps(meta)).save(self.path(source, key)))
@@ -644,7 +650,7 @@ class Arrangements:
                     source=self._name(source), key=key, rows=rows,
                     source_id=commit.source_id or self.source_id(source))
         try:
-            with _row_group_setting, session_confs(spark, {"parquet.block.row.count.limit": str(ROW_GROUP)}), \
+            with _row_group_setting, session_confs(spark, SPARK_WRITE_CONFS), \
                     commit_lock(self.path(source, key)):
                 (sorted_.write.format("delta").mode("append").option("userMetadata", json.dumps(meta))
                  .save(self.path(source, key)))

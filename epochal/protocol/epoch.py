@@ -369,7 +369,7 @@ def _compute_and_write_metered(env: Environment, table, step: Step, began: float
     last = max(history, key=lambda s: s.seq, default=None)
     reads = env.reads
     state = StateStore(spark, table.state_root, dict(last.state_versions) if last else {}, env.storage_options,
-                       reads, compact_after=env.upkeep.compact_after)
+                       reads, upkeep=env.upkeep)
     plan = table.compiled.plan
     ctx = Context(spark, plan, inputs, state, rescan=step.technique == RESCAN,
                   broadcast_rows=env.broadcast_rows, meter=meter,

@@ -277,7 +277,7 @@ def replaces_state(store: StateStore, write: StateWrite) -> bool:
     """Whether `write_state` replaces the table's contents (a rebuild, a first write, or a
     compaction) rather than appending to them."""
     return (write.mode == "overwrite" or DeltaLog.open(store.path(write.name), store.storage_options) is None
-            or store.appends_since_compaction(write.name) >= store.compact_after)
+            or store.due_for_compaction(write.name))
 
 
 def _in_key_order(frame: DataFrame, keys: tuple[str, ...]) -> DataFrame:
@@ -304,7 +304,7 @@ def write_state(spark, store: StateStore, write: StateWrite, seq: int, app_id: s
     if write.mode == "overwrite" or DeltaLog.open(path, store.storage_options) is None:
         return replace_contents(_in_key_order(tagged_rows().filter(~F.col(DELETE_FLAG)), write.keys), path, app_id,
                                 seq, tag, store.storage_options, driver_rows)
-    if store.appends_since_compaction(write.name) >= store.compact_after:
+    if store.due_for_compaction(write.name):
         earlier = spark.read.format("delta").option("versionAsOf", store.versions[write.name]).load(path)
         compacted = latest(earlier.unionByName(tagged_rows()), list(write.keys))
         compacted = compacted.withColumn(DELETE_FLAG, F.lit(False)).withColumn(SEQ, F.lit(seq).cast(LongType()))

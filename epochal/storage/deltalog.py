@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import unquote
 
 import pyarrow.fs as pafs
@@ -22,17 +22,20 @@ class Commit:
     operation: str
     parameters: dict
     user_metadata: str | None
+    metrics: dict = field(default_factory=dict)  # operationMetrics: Spark's names, or delta-rs's
 
     @staticmethod
     def of_entry(entry: dict) -> "Commit":
         """A commit from its history entry, as delta-rs's history or DESCRIBE HISTORY gives it
         (`inCommitTimestamp` where the table has in-commit timestamps, else `timestamp`, in ms)."""
         parameters = entry.get("operationParameters") or {}
+        metrics = entry.get("operationMetrics") or {}
         return Commit(version=int(entry["version"]),
                       timestamp_ms=int(entry.get("inCommitTimestamp") or entry["timestamp"]),
                       operation=str(entry.get("operation") or ""),
                       parameters=dict(parameters) if isinstance(parameters, dict) else {},
-                      user_metadata=entry.get("userMetadata"))
+                      user_metadata=entry.get("userMetadata"),
+                      metrics=dict(metrics) if isinstance(metrics, dict) else {})
 
     def as_dict(self) -> dict:
         return {"timestamp": self.timestamp_ms, "userMetadata": self.user_metadata}
@@ -212,6 +215,15 @@ class DeltaLog:
 
     def properties(self) -> dict[str, str]:
         return dict(self._metadata.configuration)
+
+    def rows(self) -> int:
+        """The rows the table holds at the version opened, from its files' statistics (rows a
+        deletion vector hides included); ValueError where a file's statistics do not say."""
+        counts = table_at(self.uri, self.version, self.storage_options).get_add_actions(flatten=True) \
+            .column("num_records").to_pylist()
+        if any(count is None for count in counts):
+            raise ValueError(f"{self.uri}: a file without a row count in its statistics")
+        return int(sum(counts))
 
 
 @dataclass(frozen=True)
