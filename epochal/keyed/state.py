@@ -29,7 +29,7 @@ from pyspark.sql import functions as F
 from ..arrow_rows import first_of_each_key, first_values, key_tuples
 from ..changes import null_safe_on, quoted
 from ..errors import EpochError
-from ..storage.deltalog import DeltaLog
+from ..storage.deltalog import CHANGED_ROWS, DeltaLog
 from .upkeep import Upkeep
 
 DELETE_FLAG = "__delete"
@@ -174,7 +174,7 @@ class StateStore:
 def appended_rows(commit) -> int | None:
     """The rows an append commit added, from its metrics (Spark's, or delta-rs's); None where
     they do not say."""
-    for name in ("numOutputRows", "num_added_rows"):
+    for name in CHANGED_ROWS["WRITE"]:
         if name in commit.metrics:
             return int(commit.metrics[name] or 0)
     return None
