@@ -305,8 +305,8 @@ def _rounded(seconds: float | None) -> float | None:
 
 def _daily_maintenance(spark, root: str, names: list[str]) -> dict:
     """The day's maintenance as an operator schedules it (ops/maintenance.py's jobs at their
-    defaults): OPTIMIZE of the derived tables, their state and bookkeeping, then VACUUM of them and
-    the arrangements within Delta's default retention; on the recompute's side VACUUM of its
+    defaults): OPTIMIZE of the derived tables and their bookkeeping (their state is the engine's to
+    compact), then VACUUM of them, their state and the arrangements within Delta's default retention; on the recompute's side VACUUM of its
     tables (an overwrite leaves every earlier version's files behind; OPTIMIZE would find nothing).
     `breakdown`: per side and action, the targets, those left undone for nothing to do
     (maintenance.nothing_to_compact, nothing_to_vacuum) and their seconds."""
@@ -316,7 +316,7 @@ def _daily_maintenance(spark, root: str, names: list[str]) -> dict:
     results = {"incremental": [], "recompute": []}
 
     def engine_side():
-        for target in maintenance.targets(root, names, state=True, bookkeeping=True, spark=spark):
+        for target in maintenance.targets(root, names, state=False, bookkeeping=True, spark=spark):
             results["incremental"].append(maintenance.optimize(spark, target))
         needed = maintenance.needed_versions(root, spark)
         for target in maintenance.targets(root, names, state=True, bookkeeping=True, arrangements=True, spark=spark):

@@ -18,7 +18,9 @@ from resources.warehouse import WarehouseResource
 
 class OptimizeConfig(Config):
     tables: list[str] = Field(default=[], description="derived tables to compact; empty: all")
-    state: bool = Field(default=True, description="also compact their state tables")
+    state: bool = Field(default=False, description="also OPTIMIZE their state tables, which the engine compacts "
+                        "itself, sorted by key, once their appends are due (epochal.keyed.upkeep.Upkeep); "
+                        "Spark's OPTIMIZE rewrites a state's every row to pack an hour's few appends")
     bookkeeping: bool = Field(default=True, description="also compact their ledgers and the remap (delta-rs)")
 
 
@@ -54,7 +56,8 @@ def _report(results, columns: list[str]) -> Output:
     )
 
 
-@op(description="Compact the files of derived tables, their state, ledgers and the remap.")
+@op(description="Compact the files of derived tables, their ledgers and the remap (their state too, "
+    "with state: true).")
 def optimize_derived_tables(context: OpExecutionContext, config: OptimizeConfig, spark: SparkResource,
                             warehouse: WarehouseResource) -> Output:
     session, root = spark.session(), warehouse.warehouse().root
@@ -99,7 +102,7 @@ def delete_derived_state(context: OpExecutionContext, config: DeleteStateConfig,
     })
 
 
-@job(name="optimize_tables", description="OPTIMIZE derived tables and their state (and ledgers, remap).")
+@job(name="optimize_tables", description="OPTIMIZE derived tables (and ledgers, remap; state on request).")
 def optimize_tables_job():
     optimize_derived_tables()
 
