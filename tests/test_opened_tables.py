@@ -53,11 +53,49 @@ def test_a_version_kept_open_is_that_version_and_threads_keep_their_own(tmp_path
     _write(path, [2])
     assert table_at(path, 0).to_pyarrow_table().num_rows == 1
     assert table_at(path, 1).to_pyarrow_table().num_rows == 2
-    found = {}
-    worker = threading.Thread(target=lambda: found.update(table=opened(path)))
+    found, opening = {}, threading.Event()
+    release = threading.Event()
+
+    def work():
+        found.update(table=opened(path))
+        opening.set()
+        release.wait()
+
+    worker = threading.Thread(target=work)
     worker.start()
+    opening.wait()
+    mine = opened(path)
+    assert found["table"] is not mine and found["table"].version() == mine.version()
+    release.set()
     worker.join()
-    assert found["table"] is not opened(path) and found["table"].version() == opened(path).version()
+
+
+def test_a_finished_threads_tables_go_to_the_next_thread_brought_forward(tmp_path):
+    """A refresh's worker threads live for one epoch: the tables they kept are handed to the next
+    epoch's threads, which bring them forward by the commits since, and open afresh a table
+    deleted and created again meanwhile."""
+    kept, recreated = str(tmp_path / "kept"), str(tmp_path / "recreated")
+    for path in (kept, recreated):
+        _write(path, [1])
+
+    def in_a_thread(work):
+        done = {}
+        worker = threading.Thread(target=lambda: done.update(work()))
+        worker.start()
+        worker.join()
+        return done
+
+    first = in_a_thread(lambda: {path: (opened(path), opened(path).metadata().id) for path in (kept, recreated)})
+    _write(kept, [2])
+    shutil.rmtree(recreated)
+    _write(recreated, [7])
+    _write(recreated, [8])
+    second = in_a_thread(lambda: {path: (opened(path), opened(path).version(),
+                                         sorted(opened(path).to_pyarrow_table().column("x").to_pylist()))
+                                  for path in (kept, recreated)})
+    assert second[kept][0] is first[kept][0] and second[kept][1:] == (1, [1, 2])
+    assert second[recreated][0] is not first[recreated][0] and second[recreated][1:] == (1, [7, 8])
+    assert DeltaTable(recreated).metadata().id != first[recreated][1]
 
 
 def test_a_delta_log_keeps_the_version_and_schema_it_opened(tmp_path):

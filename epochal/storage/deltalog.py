@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import os
+import queue
 import threading
+import weakref
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
@@ -90,61 +93,109 @@ def _keep_commit(uri: str, version: int, stamp: tuple, commit: "Commit") -> None
         _COMMITS[(uri, version, stamp)] = commit
 
 
-_OPENED = threading.local()
 _COMMITS: dict[tuple, "Commit"] = {}  # (uri, version, commit_stamp) -> the commit (DeltaLog.commits)
 _COMMITS_LOCK = threading.Lock()
-_KEPT = 64  # tables a thread keeps open
+_KEPT = 256  # tables a thread keeps open, the least recently opened given up first
+_HANDED_BACK: queue.SimpleQueue = queue.SimpleQueue()  # (key, held) a finished thread kept
+_IDLE: collections.OrderedDict = collections.OrderedDict()  # key -> held, for the next thread opening it
+_IDLE_LOCK = threading.Lock()
+_DATASETS: dict[int, tuple] = {}  # id(table) -> (weakref to it, version, its pyarrow dataset)
+
+
+class _Kept(collections.OrderedDict):
+    """The tables one thread opened (key -> (table, version seen, commit_stamp of it)). When the
+    thread ends they are handed back for the next thread to take (a refresh's worker threads
+    live for one epoch): through a SimpleQueue, whose put is safe in a finalizer."""
+
+    def __del__(self):
+        try:
+            for key, held in self.items():
+                _HANDED_BACK.put((key, held))
+        except Exception:  # the interpreter shutting down: nothing is left to take them
+            pass
+
+
+class _Opened(threading.local):
+    def __init__(self):
+        self.tables = _Kept()
+
+
+_OPENED = _Opened()
+
+
+def _taken_back(key: tuple) -> tuple | None:
+    """The table a finished thread kept for `key`, now this thread's, or None."""
+    with _IDLE_LOCK:
+        while True:
+            try:
+                handed, held = _HANDED_BACK.get_nowait()
+            except queue.Empty:
+                break
+            _IDLE[handed] = held
+            _IDLE.move_to_end(handed)
+        while len(_IDLE) > _KEPT:
+            _IDLE.popitem(last=False)
+        return _IDLE.pop(key, None)
+
+
+def unchanged_since(uri: str, seen: int) -> bool:
+    """Whether a local table has no commit after `seen`: its next log entry is not there (a
+    commit is that entry's creation), so bringing the table forward would find nothing."""
+    entry = _local_entry(uri, seen + 1)
+    return entry is not None and not os.path.exists(entry)
 
 
 def opened(uri: str, storage_options: dict[str, str] | None = None, version: int | None = None) -> DeltaTable:
     """delta-rs's table at its latest version (or at `version`), for reading only. A step opens
     the same logs again and again (its inputs, its state, its output), and each open replays the
-    log from its last checkpoint; so each thread keeps the tables it opened and brings a latest one
-    forward by the commits since (update_incremental: a listing). It opens afresh where the
-    commit it last saw is gone or was written again (the table deleted and created anew), or the
-    table is not on a local file system. Raises TableNotFoundError as DeltaTable does. Not shared
-    between threads, and the same object for the same table within one: keep what you read of
-    it, not the table, across another open."""
-    kept = getattr(_OPENED, "tables", None)
-    if kept is None:
-        kept = _OPENED.tables = {}
+    log from its last checkpoint; so each thread keeps the tables it opened, and hands them on
+    when it ends to the threads of the next epoch, and brings a latest one forward by the commits
+    since (update_incremental: a listing, skipped where the next commit's entry is not there). It
+    opens afresh where the commit it last saw is gone or was written again (the table deleted and
+    created anew), or the table is not on a local file system. Raises TableNotFoundError as
+    DeltaTable does. Not shared between threads, and the same object for the same table within
+    one: keep what you read of it, not the table, across another open."""
+    kept = _OPENED.tables
     key = (uri, version, tuple(sorted((storage_options or {}).items())))
     held = kept.get(key)
+    if held is None:
+        held = _taken_back(key)
     if held is not None:
         table, seen, stamp = held
         if stamp is not None and commit_stamp(uri, seen) == stamp:
-            if version is not None:
+            if version is not None or unchanged_since(uri, seen):
+                kept[key] = held
+                kept.move_to_end(key)
                 return table
             try:
                 table.update_incremental()
             except (DeltaError, OSError):
                 table = None
             if table is not None:
-                if table.version() != seen:
-                    kept[key] = (table, table.version(), commit_stamp(uri, table.version()))
+                kept[key] = (table, table.version(), commit_stamp(uri, table.version())) if table.version() != seen \
+                    else held
+                kept.move_to_end(key)
                 return table
     table = DeltaTable(uri, version=version, storage_options=storage_options)
-    if len(kept) >= _KEPT:
-        kept.clear()
     kept[key] = (table, table.version(), commit_stamp(uri, table.version()))
+    kept.move_to_end(key)
+    while len(kept) > _KEPT:
+        kept.popitem(last=False)
     return table
 
 
 def dataset_of(table: DeltaTable):
-    """`table.to_pyarrow_dataset()`, kept by each thread for the table object (as `opened` keeps
-    it) while its version stays the same: building one makes a fragment per data file in Python,
-    and a refresh reads the same arrangement and state versions by key many times."""
-    held = getattr(_OPENED, "datasets", None)
-    if held is None:
-        held = _OPENED.datasets = {}
+    """`table.to_pyarrow_dataset()`, kept for the table object (as `opened` keeps it, and hands
+    it from thread to thread) while its version stays the same: building one makes a fragment per
+    data file in Python, and a refresh reads the same arrangement and state versions by key many
+    times."""
     version = table.version()
-    found = held.get(id(table))
-    if found is not None and found[0] is table and found[1] == version:
+    found = _DATASETS.get(id(table))
+    if found is not None and found[0]() is table and found[1] == version:
         return found[2]
     dataset = table.to_pyarrow_dataset()
-    if len(held) >= _KEPT:
-        held.clear()
-    held[id(table)] = (table, version, dataset)  # the table held keeps its id from being reused
+    key = id(table)
+    _DATASETS[key] = (weakref.ref(table, lambda _, key=key: _DATASETS.pop(key, None)), version, dataset)
     return dataset
 
 

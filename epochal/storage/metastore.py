@@ -22,7 +22,7 @@ from deltalake.schema import PrimitiveType
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
 from .commit_lock import commit_lock
-from .deltalog import commit_stamp
+from .deltalog import commit_stamp, unchanged_since
 
 CONFLICT_RETRIES = 50
 
@@ -66,9 +66,9 @@ class RecordTable:
 
     def _open(self) -> DeltaTable | None:
         """The table at its latest version. Each thread keeps the table it opened and brings it
-        forward by the commits since (delta-rs's update_incremental: a listing) instead of
-        replaying the log again, which grows with the ledger's versions; it opens the table
-        afresh where the commit it last saw is gone or was written again (the table deleted or
+        forward by the commits since (delta-rs's update_incremental: a listing, skipped where the
+        next commit's entry is not there) instead of replaying the log again, which grows with
+        the ledger's versions; it opens the table afresh where the commit it last saw is gone or was written again (the table deleted or
         recreated), or the table is not on a local file system. Not shared between threads: a
         record write commits against its table's version, which must be the one its reader saw."""
         held = getattr(self._opened, "table", None)
@@ -77,7 +77,8 @@ class RecordTable:
             table, version, stamp = held
             if stamp is not None and commit_stamp(self.uri, version) == stamp:
                 try:
-                    table.update_incremental()
+                    if not unchanged_since(self.uri, version):
+                        table.update_incremental()
                 except (DeltaError, OSError):
                     table = None
                 if table is not None:
