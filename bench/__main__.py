@@ -306,8 +306,9 @@ def _rounded(seconds: float | None) -> float | None:
 def _daily_maintenance(spark, root: str, names: list[str]) -> dict:
     """The day's maintenance as an operator schedules it (ops/maintenance.py's jobs at their
     defaults): OPTIMIZE of the derived tables and their bookkeeping (their state is the engine's to
-    compact), then VACUUM of them, their state and the arrangements within Delta's default retention; on the recompute's side VACUUM of its
-    tables (an overwrite leaves every earlier version's files behind; OPTIMIZE would find nothing).
+    compact), then VACUUM of them, their state and the arrangements within Delta's default
+    retention; on the recompute's side VACUUM of its tables (an overwrite leaves every earlier
+    version's files behind; OPTIMIZE would find nothing).
     `breakdown`: per side and action, the targets, those left undone for nothing to do
     (maintenance.nothing_to_compact, nothing_to_vacuum) and their seconds."""
     from epochal import maintenance

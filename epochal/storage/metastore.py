@@ -68,8 +68,9 @@ class RecordTable:
         """The table at its latest version. Each thread keeps the table it opened and brings it
         forward by the commits since (delta-rs's update_incremental: a listing, skipped where the
         next commit's entry is not there) instead of replaying the log again, which grows with
-        the ledger's versions; it opens the table afresh where the commit it last saw is gone or was written again (the table deleted or
-        recreated), or the table is not on a local file system. Not shared between threads: a
+        the ledger's versions; it opens the table afresh where the commit it last saw is gone or
+        was written again (the table deleted or recreated), or the table is not on a local file
+        system. Not shared between threads: a
         record write commits against its table's version, which must be the one its reader saw."""
         held = getattr(self._opened, "table", None)
         self._opened.table = None
