@@ -138,11 +138,29 @@ def _taken_back(key: tuple) -> tuple | None:
         return _IDLE.pop(key, None)
 
 
-def unchanged_since(uri: str, seen: int) -> bool:
+def _unchanged_since(uri: str, seen: int) -> bool:
     """Whether a local table has no commit after `seen`: its next log entry is not there (a
     commit is that entry's creation), so bringing the table forward would find nothing."""
     entry = _local_entry(uri, seen + 1)
     return entry is not None and not os.path.exists(entry)
+
+
+def brought_forward(uri: str, table: DeltaTable, seen: int, stamp: tuple | None, pinned: bool = False
+                    ) -> DeltaTable | None:
+    """`table`, kept since it was at version `seen` (whose commit had `stamp`), at the table's
+    latest version: as it is where no commit followed (or it is `pinned` to its version), else
+    brought forward by update_incremental (a listing). None where it must be opened afresh: the
+    commit seen is gone or was written again (the table deleted and created anew), the table is
+    not on a local file system, or delta-rs fails to bring it forward."""
+    if stamp is None or commit_stamp(uri, seen) != stamp:
+        return None
+    if pinned or _unchanged_since(uri, seen):
+        return table
+    try:
+        table.update_incremental()
+    except (DeltaError, OSError):
+        return None
+    return table
 
 
 def opened(uri: str, storage_options: dict[str, str] | None = None, version: int | None = None) -> DeltaTable:
@@ -150,9 +168,7 @@ def opened(uri: str, storage_options: dict[str, str] | None = None, version: int
     the same logs again and again (its inputs, its state, its output), and each open replays the
     log from its last checkpoint; so each thread keeps the tables it opened, and hands them on
     when it ends to the threads of the next epoch, and brings a latest one forward by the commits
-    since (update_incremental: a listing, skipped where the next commit's entry is not there). It
-    opens afresh where the commit it last saw is gone or was written again (the table deleted and
-    created anew), or the table is not on a local file system. Raises TableNotFoundError as
+    since (`brought_forward`), opening afresh where it cannot. Raises TableNotFoundError as
     DeltaTable does. Not shared between threads, and the same object for the same table within
     one: keep what you read of it, not the table, across another open."""
     kept = _OPENED.tables
@@ -160,22 +176,11 @@ def opened(uri: str, storage_options: dict[str, str] | None = None, version: int
     held = kept.get(key)
     if held is None:
         held = _taken_back(key)
-    if held is not None:
-        table, seen, stamp = held
-        if stamp is not None and commit_stamp(uri, seen) == stamp:
-            if version is not None or unchanged_since(uri, seen):
-                kept[key] = held
-                kept.move_to_end(key)
-                return table
-            try:
-                table.update_incremental()
-            except (DeltaError, OSError):
-                table = None
-            if table is not None:
-                kept[key] = (table, table.version(), commit_stamp(uri, table.version())) if table.version() != seen \
-                    else held
-                kept.move_to_end(key)
-                return table
+    table = brought_forward(uri, *held, pinned=version is not None) if held is not None else None
+    if table is not None:
+        kept[key] = held if table.version() == held[1] else (table, table.version(), commit_stamp(uri, table.version()))
+        kept.move_to_end(key)
+        return table
     table = DeltaTable(uri, version=version, storage_options=storage_options)
     kept[key] = (table, table.version(), commit_stamp(uri, table.version()))
     kept.move_to_end(key)

@@ -22,7 +22,7 @@ from deltalake.schema import PrimitiveType
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
 from .commit_lock import commit_lock
-from .deltalog import commit_stamp, unchanged_since
+from .deltalog import brought_forward, commit_stamp
 
 CONFLICT_RETRIES = 50
 
@@ -66,25 +66,17 @@ class RecordTable:
 
     def _open(self) -> DeltaTable | None:
         """The table at its latest version. Each thread keeps the table it opened and brings it
-        forward by the commits since (delta-rs's update_incremental: a listing, skipped where the
-        next commit's entry is not there) instead of replaying the log again, which grows with
-        the ledger's versions; it opens the table afresh where the commit it last saw is gone or
-        was written again (the table deleted or recreated), or the table is not on a local file
-        system. Not shared between threads: a
-        record write commits against its table's version, which must be the one its reader saw."""
+        forward by the commits since (deltalog.brought_forward) instead of replaying the log
+        again, which grows with the ledger's versions, opening it afresh where it cannot. Not
+        shared between threads: a record write commits against its table's version, which must
+        be the one its reader saw."""
         held = getattr(self._opened, "table", None)
         self._opened.table = None
         if held is not None:
-            table, version, stamp = held
-            if stamp is not None and commit_stamp(self.uri, version) == stamp:
-                try:
-                    if not unchanged_since(self.uri, version):
-                        table.update_incremental()
-                except (DeltaError, OSError):
-                    table = None
-                if table is not None:
-                    self._keep(table)
-                    return table
+            table = brought_forward(self.uri, *held)
+            if table is not None:
+                self._keep(table)
+                return table
         try:
             table = DeltaTable(self.uri, storage_options=self.storage_options)
         except TableNotFoundError:
