@@ -190,7 +190,7 @@ def write_output(env: Environment, table, step: Step, change: DataFrame | None, 
                     driver_commits.merge_multiset(target, driver_commits.multiset_rows(rows, columns, copies),
                                                   columns, app, step.seq, tag)
                 else:
-                    driver_commits.append(target, driver_commits.multiset_rows(rows, columns, {}).drop_columns([OP]),
+                    driver_commits.append(target, driver_commits.multiset_rows(rows, columns, None).drop_columns([OP]),
                                           app, step.seq, tag, env.storage_options)
         else:
             _write_output_with_spark(env, table, step, change, base, columns, key, deleted, app, tag)
@@ -199,7 +199,7 @@ def write_output(env: Environment, table, step: Step, change: DataFrame | None, 
 
 
 def _copies(env: Environment, table, step: Step, change: DataFrame | None, base: DataFrame | None, rows: pa.Table,
-            columns: list[str], current: pa.Table | None = None) -> dict[tuple, int]:
+            columns: list[str], current: pa.Table | None = None) -> pa.Table:
     """The copies the table holds of each row the change deletes: counted on the driver when the
     step holds the table's rows (`current`), the refresh read its version as Arrow, or a read of
     the rows sharing a column's value with a deleted row finds them, else by Spark (a scan of the

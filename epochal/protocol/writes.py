@@ -194,7 +194,7 @@ def multiset_source(change: DataFrame, columns: list[str], base: DataFrame | Non
     return markers.unionByName(inserts.select(*keep, F.lit("insert").alias(OP))), [minus]
 
 
-def copies_in(base: DataFrame, change: DataFrame, columns: list[str]) -> dict[tuple, int]:
+def copies_in(base: DataFrame, change: DataFrame, columns: list[str]) -> pa.Table:
     """How many copies `base` holds of each row the change deletes, counted by Spark over the
     base's rows that equal one (a semi-join first, not a count of every row of the base)."""
     minus = change.filter(F.col(WEIGHT) < 0).select(*[F.col(quoted(c)) for c in columns])

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import ColumnProperties, CommitProperties, DeltaTable, WriterProperties, write_deltalake
@@ -33,6 +34,7 @@ from deltalake.exceptions import TableNotFoundError
 from deltalake.transaction import Transaction
 from pyspark.sql.types import ArrayType, DataType, DoubleType, FloatType, MapType, StructType
 
+from ..arrow_rows import key_codes
 from ..errors import StateInconsistent
 from ..graph import WEIGHT
 from .commit_lock import commit_lock
@@ -142,10 +144,16 @@ def _hashable(value):
     return value
 
 
-def _key_tuples(rows: pa.Table, key: list[str]) -> list[tuple]:
-    if not key:  # one group (an aggregate without GROUP BY): every row has the empty key
-        return [()] * rows.num_rows
-    return [tuple(map(_hashable, row)) for row in zip(*[rows.column(k).to_pylist() for k in key])]
+def _row_codes(*keyed: tuple[pa.Table, list[str]]) -> list[np.ndarray]:
+    """arrow_rows.key_codes, which encodes flat columns in Arrow, extended to arrays, maps and
+    structs (by their elements, through _hashable, a Python tuple per row)."""
+    if not any(pa.types.is_nested(rows.schema.field(c).type) for rows, columns in keyed for c in columns):
+        return key_codes(*keyed)
+    seen: dict[tuple, int] = {}
+    return [np.fromiter((seen.setdefault(tuple(map(_hashable, row)), len(seen))
+                         for row in zip(*[rows.column(c).to_pylist() for c in columns])),
+                        dtype=np.int64, count=rows.num_rows)
+            for rows, columns in keyed]
 
 
 def keyed_rows(change: pa.Table, columns: list[str], key: list[str]) -> pa.Table:
@@ -153,42 +161,58 @@ def keyed_rows(change: pa.Table, columns: list[str], key: list[str]) -> pa.Table
     has no +row."""
     weight = change.column(WEIGHT)
     plus, minus = change.filter(pc.greater(weight, 0)), change.filter(pc.less(weight, 0))
-    plus_keys = set(_key_tuples(plus, key))
-    alone = [row not in plus_keys for row in _key_tuples(minus, key)]
-    minus = minus.filter(pa.array(alone, pa.bool_()))
+    plus_keys, minus_keys = _row_codes((plus, key), (minus, key))
+    minus = minus.filter(pa.array(~np.isin(minus_keys, plus_keys), pa.bool_()))
     upserts = plus.select(columns).append_column(OP, pa.array(["upsert"] * plus.num_rows, pa.string()))
     deletes = minus.select(columns).append_column(OP, pa.array(["delete"] * minus.num_rows, pa.string()))
     return pa.concat_tables([upserts, deletes])
 
 
-def copies_of(base: pa.Table, wanted: pa.Table, columns: list[str]) -> dict[tuple, int]:
-    """How many copies `base` holds of each row of `wanted` (rows as _key_tuples over `columns`)."""
-    counts = dict.fromkeys(_key_tuples(wanted, columns), 0)
-    if base.num_rows:
-        aligned = pa.table({c: base.column(c).cast(wanted.schema.field(c).type) for c in columns})
-        for row in _key_tuples(aligned, columns):
-            if row in counts:
-                counts[row] += 1
-    return counts
+def _positions(codes: np.ndarray, among: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each code, a position in `among` holding the same code, and whether there is one."""
+    if not len(among):
+        return np.zeros(len(codes), np.int64), np.zeros(len(codes), bool)
+    order = np.argsort(among, kind="stable")
+    at = order[np.minimum(np.searchsorted(among[order], codes), len(among) - 1)]
+    return at, among[at] == codes
 
 
-def copies_counted(counts: pa.Table, columns: list[str], count: str) -> dict[tuple, int]:
+COPIES = "__copies"
+
+
+def copies_of(base: pa.Table, wanted: pa.Table, columns: list[str]) -> pa.Table:
+    """`wanted`'s rows (`columns`) with the number of copies `base` holds of each, in COPIES."""
+    aligned = pa.table({c: base.column(c).cast(wanted.schema.field(c).type) for c in columns})
+    codes, held = _row_codes((wanted, columns), (aligned, columns))
+    distinct, counts = np.unique(held, return_counts=True)
+    at, found = _positions(codes, distinct)
+    copies = np.where(found, counts[at] if len(counts) else 0, 0)
+    return wanted.select(columns).append_column(COPIES, pa.array(copies, pa.int64()))
+
+
+def copies_counted(counts: pa.Table, columns: list[str], count: str) -> pa.Table:
     """copies_of from rows already counted (by Spark), the count in column `count`."""
-    return dict(zip(_key_tuples(counts, columns), counts.column(count).to_pylist()))
+    return counts.select(columns).append_column(COPIES, counts.column(count).cast(pa.int64()))
 
 
-def multiset_rows(change: pa.Table, columns: list[str], copies: dict[tuple, int]) -> pa.Table:
+def multiset_rows(change: pa.Table, columns: list[str], copies: pa.Table | None) -> pa.Table:
     """writes.multiset_source on the driver: one `delete` row per row whose multiplicity drops
     (matching all its copies) and `insert` rows for the copies that remain, one `insert` row per
-    copy of a +row. `copies`: the table's copies of each row the change deletes (copies_of)."""
+    copy of a +row. `copies`: the table's copies of the rows the change deletes (copies_of), None
+    where it deletes none."""
     weight = change.column(WEIGHT)
     plus, minus = change.filter(pc.greater(weight, 0)), change.filter(pc.less(weight, 0))
-    remaining = [copies.get(row, 0) + w for row, w in zip(_key_tuples(minus, columns), minus.column(WEIGHT).to_pylist())]
-    if any(m < 0 for m in remaining):
+    held = np.zeros(minus.num_rows, np.int64)
+    if copies is not None and copies.num_rows and minus.num_rows:
+        codes, counted = _row_codes((minus, columns), (copies, columns))
+        at, found = _positions(codes, counted)
+        held = np.where(found, np.asarray(copies.column(COPIES), dtype=np.int64)[at], 0)
+    remaining = held + np.asarray(minus.column(WEIGHT), dtype=np.int64)
+    if (remaining < 0).any():
         raise StateInconsistent("the change deletes more copies of a row than the table holds")
-    times = plus.column(WEIGHT).to_pylist() + remaining
+    times = np.concatenate([np.asarray(plus.column(WEIGHT), dtype=np.int64), remaining])
     both = pa.concat_tables([plus.select(columns), minus.select(columns)])
-    inserts = both.take(pa.array([i for i, n in enumerate(times) for _ in range(n)], pa.int64()))
+    inserts = both.take(pa.array(np.repeat(np.arange(len(times), dtype=np.int64), times), pa.int64()))
     return pa.concat_tables([
         minus.select(columns).append_column(OP, pa.array(["delete"] * minus.num_rows, pa.string())),
         inserts.append_column(OP, pa.array(["insert"] * inserts.num_rows, pa.string())),
