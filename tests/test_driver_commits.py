@@ -124,7 +124,6 @@ def test_copies_are_counted_as_spark_compares_rows():
     assert driver_commits.copies_of(base, wanted, ["f", "a", "s"]).column(driver_commits.COPIES).to_pylist() == [2, 1, 1]
 
 
-
 def test_copies_of_flat_rows_are_counted_in_arrow_as_spark_compares_them():
     """The same in Arrow's encoding of flat columns: NULL, NaN and -0.0 as Spark groups them."""
     nan = float("nan")
@@ -134,6 +133,7 @@ def test_copies_of_flat_rows_are_counted_in_arrow_as_spark_compares_them():
         {"f": [-0.0, 1.0], "s": ["b", "x"], "d": [None, Decimal("2")]}, schema=wanted.schema)])
     assert driver_commits.copies_of(base, wanted, ["f", "s", "d"]).column(driver_commits.COPIES).to_pylist() == \
         [2, 2, 2, 0]
+
 
 @st.composite
 def keyed_changes(draw):
