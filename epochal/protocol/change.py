@@ -108,17 +108,22 @@ def rescan_change(env: Environment, table, inputs, ctx: Context | None, keep_sta
     if full is None:
         full = env.output_frame(table, inputs, "after").select(*[F.col(quoted(c)) for c in columns])
     log = DeltaLog.open(table.path, env.storage_options)
-    current = spark.read.format("delta").load(table.path) if log is not None else None
-    if current is None or [(f.name, f.dataType) for f in current.schema.fields] != [
-            (f.name, f.dataType) for f in table.schema.fields] or \
+    if log is None or not _same_columns(log.spark_schema(), table.schema) or \
             any("map<" in f.dataType.simpleString() for f in table.schema.fields):  # a MAP: nothing to diff by
         return None, None, full, None
     diff = _diff_on_driver(env, table, full, log.version)
     if diff is not None:
         return None, None, None, diff
+    current = spark.read.format("delta").load(table.path)  # Spark's snapshot costs jobs: only for Spark's diff
+    if not _same_columns(current.schema, table.schema):
+        return None, None, full, None
     plus = full.withColumn(WEIGHT, F.lit(1).cast(LongType()))
     minus = current.select(*[F.col(quoted(c)) for c in columns], F.lit(-1).cast(LongType()).alias(WEIGHT))
     return consolidate(plus.unionByName(minus)), current, None, None
+
+
+def _same_columns(schema: StructType, table: StructType) -> bool:
+    return [(f.name, f.dataType) for f in schema.fields] == [(f.name, f.dataType) for f in table.fields]
 
 
 def _from_state(table, ctx: Context) -> DataFrame | None:
