@@ -97,10 +97,17 @@ def positions_of(rows: pa.Table, columns: list[str], among: pa.Table, among_colu
     codes, held = key_codes((rows, columns), (among, among_columns))
     if not len(held):
         return pa.nulls(len(codes), pa.int64())
-    order = np.argsort(held, kind="stable")
-    at = np.minimum(np.searchsorted(held[order], codes), len(held) - 1)
-    found = held[order][at] == codes
-    return pa.array(np.where(found, order[at], 0), mask=~found, type=pa.int64())
+    at, found = code_positions(codes, held)
+    return pa.array(np.where(found, at, 0), mask=~found, type=pa.int64())
+
+
+def code_positions(codes: np.ndarray, among: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each code, a position in `among` holding the same code, and whether there is one."""
+    if not len(among):
+        return np.zeros(len(codes), np.int64), np.zeros(len(codes), bool)
+    order = np.argsort(among, kind="stable")
+    at = order[np.minimum(np.searchsorted(among[order], codes), len(among) - 1)]
+    return at, among[at] == codes
 
 
 def first_values(keys) -> tuple[tuple, bool] | None:

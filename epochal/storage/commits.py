@@ -34,7 +34,7 @@ from deltalake.exceptions import TableNotFoundError
 from deltalake.transaction import Transaction
 from pyspark.sql.types import ArrayType, DataType, DoubleType, FloatType, MapType, StructType
 
-from ..arrow_rows import key_codes
+from ..arrow_rows import code_positions, key_codes
 from ..errors import StateInconsistent
 from ..graph import WEIGHT
 from .commit_lock import commit_lock
@@ -168,15 +168,6 @@ def keyed_rows(change: pa.Table, columns: list[str], key: list[str]) -> pa.Table
     return pa.concat_tables([upserts, deletes])
 
 
-def _positions(codes: np.ndarray, among: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For each code, a position in `among` holding the same code, and whether there is one."""
-    if not len(among):
-        return np.zeros(len(codes), np.int64), np.zeros(len(codes), bool)
-    order = np.argsort(among, kind="stable")
-    at = order[np.minimum(np.searchsorted(among[order], codes), len(among) - 1)]
-    return at, among[at] == codes
-
-
 COPIES = "__copies"
 
 
@@ -185,7 +176,7 @@ def copies_of(base: pa.Table, wanted: pa.Table, columns: list[str]) -> pa.Table:
     aligned = pa.table({c: base.column(c).cast(wanted.schema.field(c).type) for c in columns})
     codes, held = _row_codes((wanted, columns), (aligned, columns))
     distinct, counts = np.unique(held, return_counts=True)
-    at, found = _positions(codes, distinct)
+    at, found = code_positions(codes, distinct)
     copies = np.where(found, counts[at] if len(counts) else 0, 0)
     return wanted.select(columns).append_column(COPIES, pa.array(copies, pa.int64()))
 
@@ -205,7 +196,7 @@ def multiset_rows(change: pa.Table, columns: list[str], copies: pa.Table | None)
     held = np.zeros(minus.num_rows, np.int64)
     if copies is not None and copies.num_rows and minus.num_rows:
         codes, counted = _row_codes((minus, columns), (copies, columns))
-        at, found = _positions(codes, counted)
+        at, found = code_positions(codes, counted)
         held = np.where(found, np.asarray(copies.column(COPIES), dtype=np.int64)[at], 0)
     remaining = held + np.asarray(minus.column(WEIGHT), dtype=np.int64)
     if (remaining < 0).any():
