@@ -24,9 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from epochal.keyed.file_pruning import as_integers, expected_rows_in_row_groups
-from epochal.keyed import local_copies
 from epochal.keyed.local_copies import LocalCopies, MappedCopy, absent_pages
-from epochal.keyed.page_residency import PageResidency
 
 KEYS = st.lists(st.one_of(st.none(), st.integers(-40, 40)), min_size=1, max_size=300)
 
@@ -314,50 +312,3 @@ def test_the_kernel_is_asked_for_the_pages(copy_of_every_layout):
         time.sleep(0.05)
         waited += 0.05
     assert not len(absent_pages(copy.buffer.address, every_other)), "pages asked for were not read"
-
-
-def test_a_copy_found_held_read_after_read_skips_asking_for_its_pages_then_checks_again():
-    """PageResidency: a copy's reads check until `warm_reads` checked reads in a row found every
-    page held, then `skipped_reads` reads skip, then one checks; pages found absent start over."""
-    residency = PageResidency(warm_reads=2, skipped_reads=3, kept=2)
-    assert residency.checks("a")
-    residency.found("a", absent=False)
-    assert residency.checks("a")
-    residency.found("a", absent=True)  # the count starts over
-    assert residency.checks("a")
-    residency.found("a", absent=False)
-    assert residency.checks("a")
-    residency.found("a", absent=False)  # two held in a row
-    assert [residency.checks("a") for _ in range(4)] == [False, False, False, True]
-    residency.found("a", absent=False)  # still held: skip again
-    assert not residency.checks("a")
-    residency.found("b", absent=False)
-    residency.found("c", absent=False)  # `kept` 2: "a", the least recently found, is forgotten
-    assert residency.checks("a")
-
-
-def test_reads_of_a_copy_in_the_page_cache_skip_the_advice_and_return_the_same_rows(tmp_path, monkeypatch):
-    """LocalCopies.rows with the advice skipped returns the rows a checked read returns; a read
-    that finds the copy evicted asks for its pages again from the next read on."""
-    made = []
-
-    class Recorded(local_copies.MappedCopy):
-        def __init__(self, path, prefetching=True):
-            super().__init__(path, prefetching)
-            made.append(self)
-
-    monkeypatch.setattr(local_copies, "MappedCopy", Recorded)
-    path, fragment, _ = _file(str(tmp_path), list(range(4000)), date=False)
-    copies = LocalCopies(str(tmp_path / "copies"), batch_rows=16)
-    copies.residency = PageResidency(warm_reads=2, skipped_reads=3)
-    keys = np.array([3, 1500, 3999], np.int64)
-    target = copies.make(path, fragment, "k")
-    reads = [sorted(copies.rows(path, fragment, "k", keys, False, ["v"]).column("v").to_pylist()) for _ in range(5)]
-    assert reads == [[3, 1500, 3999]] * 5
-    assert [copy.prefetching for copy in made] == [True, True, False, False, False]
-    assert all(copy.checked and not copy.absent for copy in made if copy.prefetching)
-    made.clear()
-    _evicted(target)  # no copy is mapped now: the page cache lets go of its pages
-    assert sorted(copies.rows(path, fragment, "k", keys, False, ["v"]).column("v").to_pylist()) == [3, 1500, 3999]
-    assert made[-1].prefetching and made[-1].absent
-    assert copies.residency.checks(target), "pages found absent: the next read checks again"

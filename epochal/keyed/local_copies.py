@@ -45,7 +45,6 @@ import pyarrow.parquet as pq
 from .. import faults
 from ..storage.warehouse import within
 from .packed_rows import PACKED, Layout, row_bytes
-from .page_residency import PageResidency
 
 log = logging.getLogger("epochal")
 
@@ -137,8 +136,6 @@ class MappedCopy:
         if self.advises:
             self.mapping.madvise(mmap.MADV_RANDOM)
         self.buffer = pa.py_buffer(self.mapping)
-        self.checked = False  # whether a prefetch asked the page cache about some pages
-        self.absent = False  # and found some of them absent
 
     def reader(self) -> ipc.RecordBatchFileReader:
         return ipc.open_file(pa.BufferReader(self.buffer))
@@ -211,11 +208,9 @@ class MappedCopy:
                 pages.append(absent_in_spans(base, first, last))
         if not pages:
             return
-        self.checked = True
         pages = np.unique(np.concatenate(pages))
         if not len(pages):
             return
-        self.absent = True
         firsts = np.concatenate(([0], np.flatnonzero(np.diff(pages) != 1) + 1))
         lengths = np.diff(np.append(firsts, len(pages)))
         self.willneed(pages[firsts] * mmap.PAGESIZE, lengths * mmap.PAGESIZE)
@@ -428,7 +423,6 @@ class LocalCopies:
         self._failed: dict[str, float] = {}  # copies that could not be made -> when (read as Parquet meanwhile)
         self._counts: collections.Counter = collections.Counter()  # since take_counts: made, failed, no_room, evicted
         self._guard = threading.Lock()
-        self.residency = PageResidency()  # which copies' reads skip asking for their pages
 
     def take_counts(self) -> dict[str, int]:
         """Copies made, failed, not made for want of free disk and dropped for the disk budget
@@ -562,16 +556,12 @@ class LocalCopies:
         `nulls`), with `columns`; None when there is no usable copy (read the file as Parquet).
         Only the blocks whose bounds admit a key are looked at, and only the rows holding one are
         copied out of the memory-mapped file (the caller still filters by its values, as it does
-        Parquet's rows). The pages they lie in are asked for first, unless the copy's last reads
-        found every page held (`page_residency`)."""
+        Parquet's rows)."""
         target = self.make(path, fragment, key)
         if target is None:
             return None
         try:
-            copy = MappedCopy(target, prefetching=self.residency.checks(target))
-            found = rows_in_copy(copy, self._bounds_of(target), key, keys, nulls, columns)
-            if copy.checked:
-                self.residency.found(target, copy.absent)
+            found = rows_in_copy(MappedCopy(target), self._bounds_of(target), key, keys, nulls, columns)
             os.utime(target)
             return found
         except (OSError, ValueError, KeyError, pa.ArrowException) as error:
