@@ -91,9 +91,8 @@ def _warm_inputs(spark, engine, name: str) -> float:
     """Read each of `name`'s inputs at its latest version through Spark (a count), outside both
     timings, so that neither side pays alone for the first read of the versions the change batch
     wrote: Delta's snapshot of a new version, its file list, the files' footers. Timed after the
-    step, the recompute found them warmed by it (Q10 at scale 1: the step's collection 2.0 s,
-    1.4 s with its inputs warmed first; a recompute timed first took 2.6 s, again after it 1.8
-    s). Returns the seconds it took."""
+    step, the recompute found them warmed by it, and whichever side ran first paid for both
+    (bench/RESULTS.md, the rescans for cost with inputs warmed). Returns the seconds it took."""
     began = time.perf_counter()
     for source in engine.table(name).compiled.inputs:
         spark.read.format("delta").load(engine.path_of(source)).selectExpr("count(*)").collect()
