@@ -21,7 +21,6 @@ recomputes', per table and in all, and the target (a rescan at most 1.2x a recom
 from __future__ import annotations
 
 import argparse
-import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -93,10 +92,10 @@ def _warm_inputs(spark, engine, name: str) -> float:
     wrote: Delta's snapshot of a new version, its file list, the files' footers. Timed after the
     step, the recompute found them warmed by it, and whichever side ran first paid for both
     (bench/RESULTS.md, the rescans for cost with inputs warmed). Returns the seconds it took."""
-    began = time.perf_counter()
-    for source in engine.table(name).compiled.inputs:
-        spark.read.format("delta").load(engine.path_of(source)).selectExpr("count(*)").collect()
-    return time.perf_counter() - began
+    from bench.refreshed import seconds_of
+
+    return seconds_of(lambda: [spark.read.format("delta").load(engine.path_of(source)).selectExpr("count(*)").collect()
+                               for source in engine.table(name).compiled.inputs])
 
 
 if __name__ == "__main__":
