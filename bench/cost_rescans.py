@@ -87,15 +87,11 @@ def main(argv=None) -> None:
 
 
 def _warm_inputs(spark, engine, name: str) -> float:
-    """Read each of `name`'s inputs at its latest version through Spark (a count), outside both
-    timings, so that neither side pays alone for the first read of the versions the change batch
-    wrote: Delta's snapshot of a new version, its file list, the files' footers. Timed after the
-    step, the recompute found them warmed by it, and whichever side ran first paid for both
-    (bench/RESULTS.md, the rescans for cost with inputs warmed). Returns the seconds it took."""
-    from bench.refreshed import seconds_of
+    """`bench.__main__.warm` of `name`'s inputs: neither side pays alone for the first read of the versions
+    the change batch wrote."""
+    from bench.__main__ import warm
 
-    return seconds_of(lambda: [spark.read.format("delta").load(engine.path_of(source)).selectExpr("count(*)").collect()
-                               for source in engine.table(name).compiled.inputs])
+    return warm(spark, [engine.path_of(source) for source in engine.table(name).compiled.inputs])
 
 
 if __name__ == "__main__":
