@@ -313,7 +313,8 @@ def _epoch(engine, spark, root: str, generator, index: int, queries: list[str], 
     return dict(index=index, floor_seconds=_rounded(floor), floor_driver_seconds=_rounded(floor_driver),
                 incremental_seconds=round(incremental, 3), recompute_seconds=round(recompute, 3),
                 recompute_measured_at=measured_at, noop_seconds=_rounded(noop), unread_columns=unread,
-                sources_warmed_seconds=_rounded(warmed), source_changes=changed, arranged=arranged, arranged_reads=served, copies=copies,
+                sources_warmed_seconds=_rounded(warmed), source_changes=changed, arranged=arranged,
+                arranged_reads=served, copies=copies,
                 peak_gigabytes=dict(incremental=incremental_peak, recompute=recompute_peak), tables=tables)
 
 

@@ -2,7 +2,7 @@
 the same source versions: TPC-H at a scale, every named table's first run, then epochs of the
 benchmark's change batches, each step run alone (parallelism 1) and followed by the recompute of its
 table written over a scratch table; before both, each input is read once through Spark at its new
-version, untimed, so the side timed second does not find it warmed by the first (`_warm_inputs`).
+version, untimed, so the side timed second does not find it warmed by the first (`bench.__main__.warm`).
 
 The first change epoch is small (`--small`, 0.1% of orders), so each table has an incremental step
 in its history; the epochs after it are large (`--large`, 10%), so the model estimates the
@@ -35,7 +35,8 @@ def main(argv=None) -> None:
     parser.add_argument("--work", default="/tmp/epochal-bench")
     arguments = parser.parse_args(argv)
 
-    from bench.__main__ import LOADED_AT, bench_engine, recompute_table_seconds, start_session, tpch_warehouse, batch_time
+    from bench.__main__ import (LOADED_AT, batch_time, bench_engine, recompute_table_seconds, start_session,
+                                tpch_warehouse, warm)
     from epochal import reasons
     from ops.changes import ChangeGenerator
 
@@ -54,7 +55,7 @@ def main(argv=None) -> None:
         generator.apply_batch(index, batch_time(index))
         until = LOADED_AT + timedelta(hours=index)
         for name in names:
-            warm = _warm_inputs(spark, engine, name)
+            warmed = warm(spark, [engine.path_of(source) for source in engine.table(name).compiled.inputs])
             [report] = engine.refresh([name], until=until, upstream=False)
             recompute = recompute_table_seconds(engine, name, root)
             kept = (report.detail or {}).get("state") != reasons.STATE_NOT_KEPT
@@ -65,7 +66,7 @@ def main(argv=None) -> None:
                            f"against {estimate['rescan']:.1f} s rescan{' (unread)' if estimate.get('unread') else ''}")
             print(f"{index:>5} {name:<9} {report.technique:<11} {'kept' if kept else 'not':<5} {report.seconds:>7.2f} "
                   f"{recompute:>11.2f} {report.seconds / recompute:>6.2f}  {(report.reason or '')[:60]}; {phases}; "
-                  f"inputs warmed {warm:.2f}", flush=True)
+                  f"inputs warmed {warmed:.2f}", flush=True)
             if report.technique == "rescan" and (report.reason or "").startswith(reasons.COST) and not kept:
                 measured.setdefault(name, []).append((report.seconds, recompute))
     print("\nrescans for COST that kept no state, against the recompute of the same epoch:")
@@ -84,14 +85,6 @@ def main(argv=None) -> None:
         print(f"  all: {total[0]:.2f} s against {total[1]:.2f} s: {ratio:.2f}x")
         print(f"\ntarget: a rescan at most 1.2x a recompute-and-overwrite of the same SQL: {ratio:.2f}x in all, "
               f"{'met' if ratio <= 1.2 else 'NOT MET'}")
-
-
-def _warm_inputs(spark, engine, name: str) -> float:
-    """`bench.__main__.warm` of `name`'s inputs: neither side pays alone for the first read of the versions
-    the change batch wrote."""
-    from bench.__main__ import warm
-
-    return warm(spark, [engine.path_of(source) for source in engine.table(name).compiled.inputs])
 
 
 if __name__ == "__main__":
