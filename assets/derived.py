@@ -161,6 +161,8 @@ def materialization_metadata(engine, spec: TableSpec, outcome: PartitionOutcome,
             "seconds": float(step.seconds),
             "phases": MetadataValue.json(step.detail.get("phases", {})),
             "cost": MetadataValue.json(step.detail.get("cost", {})),
+            # a rescan's commit: the full result over the table's rows (every row deleted and inserted), or its diff
+            **({"rescan_written_as": "replaced: " + step.detail["replaced"]} if "replaced" in step.detail else {}),
         })
     if outcome.arrangements is not None and outcome.applied_now:  # builds, failures, copies not made
         metadata["arrangements"] = MetadataValue.json(outcome.arrangements)

@@ -289,3 +289,30 @@ def test_a_change_past_the_driver_right_after_the_first_run_rescans():
     assert on_spark.incremental == pytest.approx(cost.SPARK_PATH_UNMEASURED * on_spark.rescan)
     assert cost.estimate(first, 100_000, spark_path=False) is None
     assert cost.estimate(first, 100_000) is None
+
+
+def _rescan(share: float | None = None, replaced: bool = False, reason: str = "COST: estimated") -> Step:
+    rescan = step("rescan", 2.0, reason=reason)
+    if share is not None:
+        rescan.detail["changed_share"] = share
+    if replaced:
+        rescan.detail["replaced"] = "the table's last rescans changed a large share of its rows"
+    return rescan
+
+
+def test_a_rescan_replaces_after_a_diff_of_a_large_share_and_diffs_again_to_follow_the_share():
+    first = [step("rescan", 3.0, reason="FIRST_RUN"), step("incremental", 1.0, 10)]
+    assert not cost.replaces([step("rescan", 3.0, reason="FIRST_RUN")])  # a first run says nothing of a diff
+    assert cost.replaces(first + [_rescan(cost.REPLACE_SHARE)])
+    assert not cost.replaces(first + [_rescan(cost.REPLACE_SHARE / 2)])
+    replaced = [_rescan(replaced=True) for _ in range(cost.DIFF_AGAIN_AFTER)]
+    assert cost.replaces(first + [_rescan(0.4)] + replaced[:-1])
+    assert not cost.replaces(first + [_rescan(0.4)] + replaced)  # the next diffs, and measures the share anew
+    assert not cost.replaces(first + [_rescan(0.4)] + replaced + [_rescan(0.1)])
+
+
+def test_an_incremental_step_since_the_large_diff_ends_the_replaces():
+    history = [step("rescan", 3.0, reason="FIRST_RUN"), _rescan(0.9), step("incremental", 1.0, 10)]
+    assert not cost.replaces(history)
+    # a step whose change consolidated away computed nothing, and does not end them
+    assert cost.replaces(history[:-1] + [step("incremental", 0.2, 0, computed=False)])

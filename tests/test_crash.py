@@ -6,10 +6,11 @@ equal an uninterrupted run's (which equals the full recompute), that no source c
 or read twice (the ledger's steps cover each input back to back), and that no step wrote twice.
 
 The pipeline (tests/reliability.py) is a join + aggregate + DISTINCT chain over two small sources
-with NULL keys and duplicate rows; the crashed epoch is an incremental one (a time window closed
-after a change batch). The matrix runs twice: arrangements off, and arrangements forced with the
-kill points inside an arrangement's build and a local copy added, after which the next epoch must
-equal the recompute too. The children all
+with NULL keys and duplicate rows; the crashed epoch is a time window closed after a change batch.
+The matrix runs three times: the epoch incremental with arrangements off; incremental with
+arrangements forced, the kill points inside an arrangement's build and a local copy added, after
+which the next epoch must equal the recompute too; and every change rescanned, the crashed step a
+rescan that replaces a table's contents rather than diffing them. The children all
 start at once (a JVM start is the expensive part) and each crashes in its own copy of one
 prepared warehouse.
 """
@@ -25,7 +26,9 @@ import pytest
 
 from epochal import Upkeep
 from epochal.faults import POINTS
+from epochal.protocol import cost
 from tests.reliability import (
+    GROUPS,
     PIPELINE,
     append,
     build_engine,
@@ -35,6 +38,7 @@ from tests.reliability import (
     exactly_once_problems,
     random_batch,
     state_contents,
+    update,
 )
 from tests.support import SUMMARIES, assert_matches_recompute
 from tests.worker import Child, parent_jars
@@ -73,16 +77,26 @@ APPENDING = {"compact_after": 1, "compact_fraction": 0.0, "rebuild_appends": 64,
 # copied warehouse the crashed epoch finds none and builds them (a moved warehouse rebuilds its
 # arrangements, a cache), never reaching the append.
 IN_PLACE = {"after_arrangement_append"}
-CASES = [(point, table, False) for point, table in MATRIX] + [(point, table, True) for point, table in ARRANGED_MATRIX]
-IDS = [f"{point}@{table}" if table else point for point, table, _ in CASES[:len(MATRIX)]] + \
-      [f"{point}@{table}+arranged" if table else f"{point}+arranged" for point, table, _ in CASES[len(MATRIX):]]
+# And a rescan that replaces `agg` (no table reads it) rather than diffing it: every change
+# rescans (a tiny rescan_fraction), and the epoch before the crashed one changed every group's
+# sum, so its diff changed a large share of the table (cost.replaces); the crash hits the replace.
+REPLACING_MATRIX = (
+    ("after_started", "agg"),
+    ("after_output_merge", "agg"),
+    ("before_commit", "agg"),
+)
+FAMILIES = {"": MATRIX, "arranged": ARRANGED_MATRIX, "replacing": REPLACING_MATRIX}
+CASES = [(point, table, family) for family, matrix in FAMILIES.items() for point, table in matrix]
+IDS = [(f"{point}@{table}" if table else point) + (f"+{family}" if family else "") for point, table, family in CASES]
 OUTCOMES: dict[str, str] = {}
 DEFINITIONS = {name: PIPELINE[name] for name in ("agg", "j", "dist")}
 
 
-def engine_options(point: str, arranged: bool) -> dict:
+def engine_options(point: str, family: str) -> dict:
     """The Engine's options for a case (as the child takes them: JSON)."""
-    if not arranged:
+    if family == "replacing":
+        return {"rescan_fraction": 1e-9}
+    if family != "arranged":
         return {}
     return {"arrange_rows": 0, "driver_rows": 4, "upkeep": APPENDING if point == "after_arrangement_append" else EAGER}
 
@@ -108,13 +122,19 @@ def children(spark, tmp_path_factory, request):
                          "and the recompute)\n" + "\n".join(f"  {name:44} {OUTCOMES[name]}" for name in IDS if name in OUTCOMES))
 
 
-def _base(spark, root: str, arranged: bool):
-    """A warehouse after a first epoch (arranged: and an incremental one) plus a change batch,
-    and the window that closes after the batch."""
+def _base(spark, root: str, family: str):
+    """A warehouse after a first epoch (arranged: and an incremental one; replacing: and a rescan
+    that changed every group of agg) plus a change batch, and the window that closes after the
+    batch."""
     create_sources(root)
-    engine = build_engine(spark, root, DEFINITIONS, **as_engine_options(engine_options("", arranged)))
+    engine = build_engine(spark, root, DEFINITIONS, **as_engine_options(engine_options("", family)))
     engine.refresh()
-    if arranged:  # an incremental epoch that surely appends to agg's state and to both arrangements
+    if family == "replacing":
+        for group in GROUPS:
+            update(root, "a", "g", group, {"v": "t.v + 1"})
+        engine.refresh()
+        assert engine.table("agg").ledger.last_committed().detail["changed_share"] >= cost.REPLACE_SHARE
+    if family == "arranged":  # an incremental epoch that surely appends to agg's state and to both arrangements
         random_batch(root, random.Random(2), commits=3)
         append(root, "a", [(1, "base", 3)])
         append(root, "b", [(1, "base")])
@@ -128,32 +148,34 @@ def prepared(spark, warehouse, children):
     """Per case, a copy of its base warehouse, handed to its child to refresh the window with the
     kill point set; and per set of engine options an uninterrupted run's tables and state for the
     same window."""
-    until = {arranged: _base(spark, f"{warehouse}/base-{arranged}", arranged) for arranged in (False, True)}
+    until = {family: _base(spark, f"{warehouse}/base-{family or 'plain'}", family) for family in FAMILIES}
     untils = {}
-    for (point, table, arranged), name in zip(CASES, IDS):
+    for (point, table, family), name in zip(CASES, IDS):
         if name not in children:
             continue
         root = f"{warehouse}/{name.replace('@', '-').replace('+', '-')}"
         if point in IN_PLACE:
-            untils[name] = _base(spark, root, arranged)
+            untils[name] = _base(spark, root, family)
         else:
-            shutil.copytree(f"{warehouse}/base-{arranged}", root)
-            untils[name] = until[arranged]
+            shutil.copytree(f"{warehouse}/base-{family or 'plain'}", root)
+            untils[name] = until[family]
         children[name].ready()
         children[name].send({"root": root, "sources": ["a", "b"], "definitions": DEFINITIONS,
-                             "until": untils[name].isoformat(), "options": engine_options(point, arranged),
+                             "until": untils[name].isoformat(), "options": engine_options(point, family),
                              "kill_at": f"{point}@{table}" if table else point})
 
     references = {}
-    for point, _, arranged in CASES:
-        options = engine_options(point, arranged)
+    for point, _, family in CASES:
+        options = engine_options(point, family)
         key = json.dumps(options, sort_keys=True)
         if key in references:
             continue
         reference = f"{warehouse}/reference-{len(references)}"
-        shutil.copytree(f"{warehouse}/base-{arranged}", reference)
+        shutil.copytree(f"{warehouse}/base-{family or 'plain'}", reference)
         engine = build_engine(spark, reference, DEFINITIONS, **as_engine_options(options))
-        engine.refresh(until=until[arranged])
+        engine.refresh(until=until[family])
+        if family == "replacing":  # the crashed epoch's agg step is a replace
+            assert "replaced" in engine.table("agg").ledger.last_committed().detail
         assert_matches_recompute(engine, context="the uninterrupted run")
         assert not exactly_once_problems(engine)
         references[key] = (contents(engine), state_contents(engine))
@@ -168,8 +190,8 @@ def test_crash_at_each_step_then_rerun_equals_an_uninterrupted_run(spark, childr
     read, equal the uninterrupted run's; the ledger covers every source version once. The epoch
     after it (the late commits) equals the recompute too: it reads what the crash left behind."""
     roots, untils, references = prepared
-    point, _, arranged = CASES[IDS.index(name)]
-    options = engine_options(point, arranged)
+    point, _, family = CASES[IDS.index(name)]
+    options = engine_options(point, family)
     tables, states = references[json.dumps(options, sort_keys=True)]
     child = children[name]
     answer = child.answer()

@@ -409,3 +409,50 @@ def test_a_rescan_builds_an_aggregate_over_an_aggregate_from_the_lower_state(spa
             upper.frame._jdf.queryExecution().optimizedPlan().toString()
     finally:
         ctx.unpersist()
+
+
+@pytest.mark.parametrize("path", ["driver", "spark"])
+def test_a_rescan_replaces_a_table_no_other_reads_once_its_diffs_change_a_large_share(spark, warehouse, path):
+    """With rescan_fraction at 0.5, every epoch that adds 1 to each of a's values rescans `p` (a
+    projection of a no table reads) and `t` (read by `d`). Each diff changes every row (a share of
+    1): from the next rescan on, `p` writes its result as the table's contents (cost.replaces),
+    recording the commit's rows, until DIFF_AGAIN_AFTER replaces, when it diffs once more; `t`
+    keeps diffing, so `d` reads an ordinary change. Every epoch equals the recompute, and the
+    replace's change data feed, every old row deleted and every new one inserted, consolidates to
+    the difference of the two versions, as a reader of the table's changes sees it. Diffs and
+    replaces on the driver, or by Spark (`driver_rows` 0)."""
+    root = f"{warehouse}/{uuid.uuid4().hex[:8]}"
+    a = SyntheticSource(spark, f"{root}/sources/a", SCHEMA, ROWS)
+    engine = build(spark, root, rescan_fraction=0.5, **({"driver_rows": 0} if path == "spark" else {}))
+    engine.define("p", "SELECT k, v FROM a WHERE v > 0")
+    engine.refresh()
+    seen = []
+    for _ in range(cost.DIFF_AGAIN_AFTER + 2):
+        a.update("true", {"v": "v + 1"})
+        reports = refreshed(engine)
+        assert (reports["p"].technique, reports["t"].technique) == ("rescan", "rescan"), reports
+        p, t = (engine.table(name).ledger.last_committed() for name in ("p", "t"))
+        assert "replaced" not in t.detail and t.detail["changed_share"] == 1.0, t.detail
+        seen.append("replaced" if "replaced" in p.detail else p.detail["changed_share"])
+        if "replaced" in p.detail:
+            counts = [spark.read.format("delta").option("versionAsOf", v).load(engine.table("p").path).count()
+                      for v in (p.output_version, p.output_version - 1)]
+            assert [p.rows_inserted, p.rows_deleted] == counts == [10, 10], p
+            _assert_feed_is_the_difference(spark, engine.table("p").path, p.output_version)
+    assert seen == [1.0] + ["replaced"] * cost.DIFF_AGAIN_AFTER + [1.0], seen
+
+
+def _assert_feed_is_the_difference(spark, path: str, version: int) -> None:
+    from collections import Counter
+
+    def rows(at: int) -> Counter:
+        return Counter(tuple(r) for r in spark.read.format("delta").option("versionAsOf", at).load(path).collect())
+
+    feed = Counter()
+    for row in spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", version) \
+            .option("endingVersion", version).load(path).collect():
+        weight = {"insert": 1, "delete": -1}[row["_change_type"]]
+        feed[(row["k"], row["v"])] += weight
+    difference = Counter(rows(version))
+    difference.subtract(rows(version - 1))
+    assert +feed == +difference and -feed == -difference, (feed, difference)

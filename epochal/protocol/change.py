@@ -92,12 +92,13 @@ def _require_state_writes(ctx: Context) -> None:
                 "(an engine defect: please report it with `engine.explain`)")
 
 
-def rescan_change(env: Environment, table, inputs, ctx: Context | None, keep_state: bool = True):
+def rescan_change(env: Environment, table, inputs, ctx: Context | None, keep_state: bool = True,
+                  replace: bool = False):
     """Recompute in full and diff against the table's current contents (whatever they are, so a
     rescan also repairs a table a crashed or abandoned step left half-written). Returns (change,
     base, full, diff). A table that does not exist yet, whose schema changes or that holds a MAP
     column gets `full` instead of a change: the whole result is written once, with nothing to diff
-    against (Spark cannot group maps). A diff
+    against (Spark cannot group maps); so does one the step `replace`s (cost.replaces). A diff
     of a small result against a small table is computed on the driver (`diff`, change None)."""
     spark = env.spark
     columns = [f.name for f in table.schema.fields]
@@ -109,7 +110,7 @@ def rescan_change(env: Environment, table, inputs, ctx: Context | None, keep_sta
         full = env.output_frame(table, inputs, "after").select(*[F.col(quoted(c)) for c in columns])
     log = DeltaLog.open(table.path, env.storage_options)
     if log is None or not _same_columns(log.spark_schema(), table.schema) or \
-            any("map<" in f.dataType.simpleString() for f in table.schema.fields):  # a MAP: nothing to diff by
+            any("map<" in f.dataType.simpleString() for f in table.schema.fields) or replace:  # a MAP: nothing to diff by
         return None, None, full, None
     diff = _diff_on_driver(env, table, full, log.version)
     if diff is not None:

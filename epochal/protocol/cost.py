@@ -120,6 +120,8 @@ MARGIN = 1.25
 EARLY = 4.0
 EXPLORE_AFTER = 4
 FIRST_RUN_OVERSTATES = 1.4
+REPLACE_SHARE = 0.25
+DIFF_AGAIN_AFTER = 4
 
 
 @dataclass(frozen=True)
@@ -304,3 +306,31 @@ def _output_seconds(step) -> float:
     """What a rescan for cost would take: a rescan's seconds without building the state (a rescan
     for cost writes the output only)."""
     return max(0.0, step.seconds - ((step.detail or {}).get("phases") or {}).get("write state", 0.0))
+
+
+def replaces(history: list) -> bool:
+    """Whether a rescan writes its full result as the table's contents (as a first run does)
+    rather than diffing it against them: when the table's last steps are rescans, the last of them
+    that diffed changed at least REPLACE_SHARE of the rows of the two versions it diffed (its
+    `changed_share`: 1 when every row changed, as a replace writes them), and fewer than
+    DIFF_AGAIN_AFTER replaced since it (then one diffs again, so the share follows the table).
+
+    A diff on the driver collects the result, reads the table and consolidates both, whatever the
+    share; its commit then rewrites every file a change touches, which at such a share is every
+    file. A replace skips all but the collect and writes each row once: TPC-H Q10 at scale 10,
+    a tenth of the orders changed, diffed a third of its rows every epoch at 1.33x its recompute
+    (bench/RESULTS.md, rescans that replace). An incremental step in between (the table's changes
+    became small) ends the run: the next rescan diffs."""
+    since = 0
+    for step in reversed([s for s in history if _computed(s) or s.technique == "rescan"]):
+        detail = step.detail or {}
+        if step.technique != "rescan":
+            return False
+        if detail.get("replaced"):
+            since += 1
+            if since >= DIFF_AGAIN_AFTER:
+                return False
+            continue
+        share = detail.get("changed_share")
+        return share is not None and share >= REPLACE_SHARE
+    return False

@@ -63,6 +63,7 @@ class Environment:
     remap: Remap
     sources: Mapping[str, Any]  # name -> engine.Source
     table: Callable[[str], Any]  # name -> engine.Table
+    readers: Callable[[str], list[str]]  # name -> the derived tables that read it
     schema_of: Callable[[str], StructType]
     path_of: Callable[[str], str]
     output_frame: Callable[[Any, dict, str], DataFrame]  # (table, input ranges, side) -> its SQL in full

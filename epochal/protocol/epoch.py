@@ -394,7 +394,11 @@ def _compute_and_write_metered(env: Environment, table, step: Step, began: float
         else:
             rows_read = 0
             refused = nullcontext
-            change, base, full, diff = rescan_change(env, table, inputs, ctx, keep_state=_keeps_state(step))
+            replace = cost.replaces(history) and not env.readers(table.name)
+            if replace:
+                step.detail["replaced"] = "the table's last rescans changed a large share of its rows (cost.replaces)"
+            change, base, full, diff = rescan_change(env, table, inputs, ctx, keep_state=_keeps_state(step),
+                                                     replace=replace)
         with refused():
             change = change.persist() if made(change) else change
             if diff is not None:
@@ -415,6 +419,8 @@ def _compute_and_write_metered(env: Environment, table, step: Step, began: float
             output_version = write_output(env, table, step, change, base, inserted, deleted, meter,
                                            collected.change if collected is not None else None,
                                            diff.current if diff is not None else None)
+        if step.technique == RESCAN and full is None:
+            step.detail["changed_share"] = _changed_share(env, table, output_version, inserted, deleted)
         phases.mark("write output")
         faults.point("after_output_merge", table.name)
         state_versions = write_states(env, table, step, state, writes, meter)
@@ -426,6 +432,14 @@ def _compute_and_write_metered(env: Environment, table, step: Step, began: float
             ctx.unpersist()
     return _commit(table, step, env, phases, began, meter, rows_read=rows_read, inserted=inserted,
                    deleted=deleted, output_version=output_version, state_versions=state_versions)
+
+
+def _changed_share(env: Environment, table, version: int, inserted: int, deleted: int) -> float:
+    """A diff's rows against the rows of the two versions it diffed: what share of a replace's
+    change (every row deleted and inserted) it carried (cost.replaces)."""
+    after = row_count(table.path, version, env.storage_options)
+    both = 2 * after - inserted + deleted
+    return round((inserted + deleted) / both, 4) if both > 0 else 0.0
 
 
 def _keeps_state(step: Step) -> bool:
