@@ -540,7 +540,8 @@ class Engine:
             spark=spark, reads=reads, storage_options=self.storage_options, driver_rows=self.driver_rows,
             broadcast_rows=self.broadcast_rows, cost_model=self.cost_model, run_id=self.run_id,
             arrangements=self.arrangements, keyed_files=self.keyed_files, triggers=self.triggers,
-            invalidation=self.invalidation, remap=self.remap, sources=self.sources, table=self.table, readers=self.readers,
+            invalidation=self.invalidation, remap=self.remap, sources=self.sources, table=self.table,
+            readers=self.readers,
             schema_of=functools.partial(self._schema_in, reads), path_of=self.path_of, upkeep=self.upkeep,
             settings=step_settings, schemas=self.schemas,
             output_frame=lambda table, inputs, side: output_frame(spark, table, inputs, side, reads))

@@ -108,9 +108,11 @@ def rescan_change(env: Environment, table, inputs, ctx: Context | None, keep_sta
         full = _from_state(table, ctx)
     if full is None:
         full = env.output_frame(table, inputs, "after").select(*[F.col(quoted(c)) for c in columns])
+    if replace:
+        return None, None, full, None
     log = DeltaLog.open(table.path, env.storage_options)
     if log is None or not _same_columns(log.spark_schema(), table.schema) or \
-            any("map<" in f.dataType.simpleString() for f in table.schema.fields) or replace:  # a MAP: nothing to diff by
+            any("map<" in f.dataType.simpleString() for f in table.schema.fields):  # a MAP: nothing to diff by
         return None, None, full, None
     diff = _diff_on_driver(env, table, full, log.version)
     if diff is not None:

@@ -318,9 +318,11 @@ def replaces(history: list) -> bool:
     A diff on the driver collects the result, reads the table and consolidates both, whatever the
     share; its commit then rewrites every file a change touches, which at such a share is every
     file. A replace skips all but the collect and writes each row once: TPC-H Q10 at scale 10,
-    a tenth of the orders changed, diffed a third of its rows every epoch at 1.33x its recompute
-    (bench/RESULTS.md, rescans that replace). An incremental step in between (the table's changes
-    became small) ends the run: the next rescan diffs."""
+    a tenth of the orders changed, diffed a third of its rows every epoch, slower than its
+    recompute, and replacing cost what the recompute did (bench/RESULTS.md, rescans that replace).
+    Only a table no derived table reads is replaced (epoch.py): a reader would rescan for
+    SOURCE_REWRITTEN. An incremental step in between (the table's changes became small) ends the
+    run: the next rescan diffs."""
     since = 0
     for step in reversed([s for s in history if _computed(s) or s.technique == "rescan"]):
         detail = step.detail or {}
