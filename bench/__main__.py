@@ -208,6 +208,18 @@ def _floor_driver(spark, root: str, before: dict[str, int], driver_rows: int) ->
     return _timed(work)[0]
 
 
+def first_run_alone(scale: float, queries: list[int], work: Path, name: str):
+    """A Spark session, a fresh TPC-H warehouse at `scale` (`name` under `work`) and an engine of
+    the queries' tables after their first run, one step at a time (as bench.cost_rescans and
+    bench.rescan_diff time each table alone)."""
+    spark = start_session("12g")
+    root = tpch_warehouse(spark, work, scale, name)
+    engine = bench_engine(spark, root, [f"tpch_q{q:02d}" for q in queries])
+    engine.parallelism = 1
+    engine.refresh(until=LOADED_AT + timedelta(minutes=15))
+    return spark, root, engine
+
+
 def warm(spark, paths) -> float:
     """Read each Delta table of `paths` at its latest version through Spark (a count), outside both
     sides' timings: Delta's snapshot of a new version, its file list and the files' footers are then

@@ -35,17 +35,13 @@ def main(argv=None) -> None:
     parser.add_argument("--work", default="/tmp/epochal-bench")
     arguments = parser.parse_args(argv)
 
-    from bench.__main__ import (LOADED_AT, batch_time, bench_engine, recompute_table_seconds, start_session,
-                                tpch_warehouse, warm)
+    from bench.__main__ import LOADED_AT, batch_time, first_run_alone, recompute_table_seconds, warm
     from epochal import reasons
     from ops.changes import ChangeGenerator
 
-    spark = start_session("12g")
     names = [f"tpch_q{q:02d}" for q in arguments.queries]
-    root = tpch_warehouse(spark, Path(arguments.work), arguments.scale, f"cost-rescans-{arguments.scale:g}")
-    engine = bench_engine(spark, root, names)
-    engine.parallelism = 1
-    engine.refresh(until=LOADED_AT + timedelta(minutes=15))
+    spark, root, engine = first_run_alone(arguments.scale, arguments.queries, Path(arguments.work),
+                                          f"cost-rescans-{arguments.scale:g}")
     generators = [ChangeGenerator(spark, root, seed=11, fraction=arguments.small, writer="spark")] + \
         [ChangeGenerator(spark, root, seed=13, fraction=arguments.large, writer="spark")] * arguments.large_epochs
     measured: dict[str, list[tuple[float, float]]] = {}

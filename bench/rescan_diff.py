@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import time
-from datetime import timedelta
 from pathlib import Path
 
 
@@ -41,7 +40,7 @@ def main(argv=None) -> None:
 
     import pyarrow as pa
 
-    from bench.__main__ import LOADED_AT, batch_time, bench_engine, start_session, tpch_warehouse, warm
+    from bench.__main__ import batch_time, first_run_alone, warm
     from epochal.changes import consolidate_rows, rows_up_to
     from epochal.graph import WEIGHT
     from epochal.keyed.shared_reads import SharedReads
@@ -50,12 +49,9 @@ def main(argv=None) -> None:
     from epochal.storage.deltalog import DeltaLog
     from ops.changes import ChangeGenerator
 
-    spark = start_session("12g")
     names = [f"tpch_q{q:02d}" for q in arguments.queries]
-    root = tpch_warehouse(spark, Path(arguments.work), arguments.scale, f"rescan-diff-{arguments.scale:g}")
-    engine = bench_engine(spark, root, names)
-    engine.parallelism = 1
-    engine.refresh(until=LOADED_AT + timedelta(minutes=15))
+    spark, root, engine = first_run_alone(arguments.scale, arguments.queries, Path(arguments.work),
+                                          f"rescan-diff-{arguments.scale:g}")
     ChangeGenerator(spark, root, seed=13, fraction=arguments.fraction, writer="spark").apply_batch(1, batch_time(1))
     sources = {source for name in names for source in engine.table(name).compiled.inputs}
     warm(spark, [engine.path_of(source) for source in sources])
