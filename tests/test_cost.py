@@ -291,8 +291,10 @@ def test_a_change_past_the_driver_right_after_the_first_run_rescans():
     assert cost.estimate(first, 100_000) is None
 
 
-def _rescan(share: float | None = None, replaced: bool = False, reason: str = "COST: estimated") -> Step:
+def _rescan(share: float | None = None, replaced: bool = False, reason: str = "COST: estimated",
+            rows: int = cost.REPLACE_ROWS) -> Step:
     rescan = step("rescan", 2.0, reason=reason)
+    rescan.rows_inserted, rescan.rows_deleted = rows // 2, rows - rows // 2
     if share is not None:
         rescan.detail["changed_share"] = share
     if replaced:
@@ -305,6 +307,7 @@ def test_a_rescan_replaces_after_a_diff_of_a_large_share_and_diffs_again_to_foll
     assert not cost.replaces([step("rescan", 3.0, reason="FIRST_RUN")])  # a first run says nothing of a diff
     assert cost.replaces(first + [_rescan(cost.REPLACE_SHARE)])
     assert not cost.replaces(first + [_rescan(cost.REPLACE_SHARE / 2)])
+    assert not cost.replaces(first + [_rescan(1.0, rows=cost.REPLACE_ROWS - 1)])  # a small table: diffs cost little
     replaced = [_rescan(replaced=True) for _ in range(cost.DIFF_AGAIN_AFTER)]
     assert cost.replaces(first + [_rescan(0.4)] + replaced[:-1])
     assert not cost.replaces(first + [_rescan(0.4)] + replaced)  # the next diffs, and measures the share anew

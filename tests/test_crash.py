@@ -21,6 +21,7 @@ import json
 import random
 import shutil
 import signal
+from contextlib import contextmanager
 
 import pytest
 
@@ -86,6 +87,21 @@ REPLACING_MATRIX = (
     ("before_commit", "agg"),
 )
 FAMILIES = {"": MATRIX, "arranged": ARRANGED_MATRIX, "replacing": REPLACING_MATRIX}
+# The cost model's constants per family, set in the children and here alike: agg holds a few rows,
+# and a diff of fewer than REPLACE_ROWS rows is never replaced.
+COST = {"replacing": {"REPLACE_ROWS": 0}}
+
+
+@contextmanager
+def cost_constants(family: str):
+    saved = {name: getattr(cost, name) for name in COST.get(family, {})}
+    for name, value in COST.get(family, {}).items():
+        setattr(cost, name, value)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(cost, name, value)
 CASES = [(point, table, family) for family, matrix in FAMILIES.items() for point, table in matrix]
 IDS = [(f"{point}@{table}" if table else point) + (f"+{family}" if family else "") for point, table, family in CASES]
 OUTCOMES: dict[str, str] = {}
@@ -148,20 +164,24 @@ def prepared(spark, warehouse, children):
     """Per case, a copy of its base warehouse, handed to its child to refresh the window with the
     kill point set; and per set of engine options an uninterrupted run's tables and state for the
     same window."""
-    until = {family: _base(spark, f"{warehouse}/base-{family or 'plain'}", family) for family in FAMILIES}
+    until = {}
+    for family in FAMILIES:
+        with cost_constants(family):
+            until[family] = _base(spark, f"{warehouse}/base-{family or 'plain'}", family)
     untils = {}
     for (point, table, family), name in zip(CASES, IDS):
         if name not in children:
             continue
         root = f"{warehouse}/{name.replace('@', '-').replace('+', '-')}"
         if point in IN_PLACE:
-            untils[name] = _base(spark, root, family)
+            with cost_constants(family):
+                untils[name] = _base(spark, root, family)
         else:
             shutil.copytree(f"{warehouse}/base-{family or 'plain'}", root)
             untils[name] = until[family]
         children[name].ready()
         children[name].send({"root": root, "sources": ["a", "b"], "definitions": DEFINITIONS,
-                             "until": untils[name].isoformat(), "options": engine_options(point, family),
+                             "until": untils[name].isoformat(), "options": engine_options(point, family), "cost": COST.get(family, {}),
                              "kill_at": f"{point}@{table}" if table else point})
 
     references = {}
@@ -173,7 +193,8 @@ def prepared(spark, warehouse, children):
         reference = f"{warehouse}/reference-{len(references)}"
         shutil.copytree(f"{warehouse}/base-{family or 'plain'}", reference)
         engine = build_engine(spark, reference, DEFINITIONS, **as_engine_options(options))
-        engine.refresh(until=until[family])
+        with cost_constants(family):
+            engine.refresh(until=until[family])
         if family == "replacing":  # the crashed epoch's agg step is a replace
             assert "replaced" in engine.table("agg").ledger.last_committed().detail
         assert_matches_recompute(engine, context="the uninterrupted run")
@@ -202,13 +223,15 @@ def test_crash_at_each_step_then_rerun_equals_an_uninterrupted_run(spark, childr
     append(root, "a", [(1, "late", 100), (None, "late", 1)])  # after the window: the next epoch's
     append(root, "b", [(1, "late")])
     engine = build_engine(spark, root, DEFINITIONS, **as_engine_options(options))
-    engine.refresh(until=untils[name])
+    with cost_constants(family):
+        engine.refresh(until=untils[name])
     assert contents(engine) == tables, f"after the re-run of {name} the tables differ from an uninterrupted run"
     assert state_contents(engine) == states, f"after the re-run of {name} the state differs from an uninterrupted run"
     problems = exactly_once_problems(engine)
     assert not problems, "\n".join(problems)
     OUTCOMES[name] = "; ".join(f"{table} {_fate(engine, table)}" for table in engine.tables())
-    engine.refresh()
+    with cost_constants(family):
+        engine.refresh()
     assert_matches_recompute(engine, context=f"the epoch after the re-run of {name}")
     assert not exactly_once_problems(engine)
 

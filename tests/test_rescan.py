@@ -412,7 +412,8 @@ def test_a_rescan_builds_an_aggregate_over_an_aggregate_from_the_lower_state(spa
 
 
 @pytest.mark.parametrize("path", ["driver", "spark"])
-def test_a_rescan_replaces_a_table_no_other_reads_once_its_diffs_change_a_large_share(spark, warehouse, path):
+def test_a_rescan_replaces_a_table_no_other_reads_once_its_diffs_change_a_large_share(spark, warehouse, path,
+                                                                                      monkeypatch):
     """With rescan_fraction at 0.5, every epoch that adds 1 to each of a's values rescans `p` (a
     projection of a no table reads) and `t` (read by `d`). Each diff changes every row (a share of
     1): from the next rescan on, `p` writes its result as the table's contents (cost.replaces),
@@ -420,7 +421,9 @@ def test_a_rescan_replaces_a_table_no_other_reads_once_its_diffs_change_a_large_
     keeps diffing, so `d` reads an ordinary change. Every epoch equals the recompute, and the
     replace's change data feed, every old row deleted and every new one inserted, consolidates to
     the difference of the two versions, as a reader of the table's changes sees it. Diffs and
-    replaces on the driver, or by Spark (`driver_rows` 0)."""
+    replaces on the driver, or by Spark (`driver_rows` 0). (cost.REPLACE_ROWS lifted: the test's
+    tables are a few rows.)"""
+    monkeypatch.setattr(cost, "REPLACE_ROWS", 0)
     root = f"{warehouse}/{uuid.uuid4().hex[:8]}"
     a = SyntheticSource(spark, f"{root}/sources/a", SCHEMA, ROWS)
     engine = build(spark, root, rescan_fraction=0.5, **({"driver_rows": 0} if path == "spark" else {}))

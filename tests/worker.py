@@ -45,6 +45,10 @@ def _say(message: dict) -> None:
 def _refresh(spark, command: dict) -> dict:
     from epochal import Engine, Upkeep, faults
 
+    from epochal.protocol import cost
+
+    for name, value in (command.get("cost") or {}).items():  # the cost model's constants, as a test sets them
+        setattr(cost, name, value)
     options = dict(command.get("options") or {})  # JSON: the upkeep as its fields
     if "upkeep" in options:
         options["upkeep"] = Upkeep(**options["upkeep"])

@@ -121,6 +121,7 @@ EARLY = 4.0
 EXPLORE_AFTER = 4
 FIRST_RUN_OVERSTATES = 1.4
 REPLACE_SHARE = 0.25
+REPLACE_ROWS = 100_000
 DIFF_AGAIN_AFTER = 4
 
 
@@ -312,8 +313,12 @@ def replaces(history: list) -> bool:
     """Whether a rescan writes its full result as the table's contents (as a first run does)
     rather than diffing it against them: when the table's last steps are rescans, the last of them
     that diffed changed at least REPLACE_SHARE of the rows of the two versions it diffed (its
-    `changed_share`: 1 when every row changed, as a replace writes them), and fewer than
-    DIFF_AGAIN_AFTER replaced since it (then one diffs again, so the share follows the table).
+    `changed_share`: 1 when every row changed, as a replace writes them) and at least REPLACE_ROWS
+    rows, and fewer than DIFF_AGAIN_AFTER replaced since it (then one diffs again, so the share
+    follows the table). A diff of fewer rows costs a fraction of a second, and a table of a few
+    rows (an aggregate's groups) changes most of them in every epoch: there is nothing to gain, and
+    in the sweep where such tables began replacing, TPC-H Q6 (one row) took twice its recompute
+    (bench/RESULTS.md, rescans that replace).
 
     A diff on the driver collects the result, reads the table and consolidates both, whatever the
     share; its commit then rewrites every file a change touches, which at such a share is every
@@ -334,5 +339,5 @@ def replaces(history: list) -> bool:
                 return False
             continue
         share = detail.get("changed_share")
-        return share is not None and share >= REPLACE_SHARE
+        return share is not None and share >= REPLACE_SHARE and step.rows_inserted + step.rows_deleted >= REPLACE_ROWS
     return False
