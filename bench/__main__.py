@@ -208,6 +208,14 @@ def _floor_driver(spark, root: str, before: dict[str, int], driver_rows: int) ->
     return _timed(work)[0]
 
 
+def alone_arguments(parser: argparse.ArgumentParser, queries: list[int]) -> None:
+    """The arguments of a tool that times tables one at a time after `first_run_alone`: the scale,
+    the TPC-H queries (default `queries`) and the work folder."""
+    parser.add_argument("scale", type=float)
+    parser.add_argument("--queries", type=int, nargs="+", default=queries)
+    parser.add_argument("--work", default="/tmp/epochal-bench")
+
+
 def first_run_alone(scale: float, queries: list[int], work: Path, name: str):
     """A Spark session, a fresh TPC-H warehouse at `scale` (`name` under `work`) and an engine of
     the queries' tables after their first run, one step at a time (as bench.cost_rescans and

@@ -24,15 +24,15 @@ import argparse
 from datetime import timedelta
 from pathlib import Path
 
+from bench.__main__ import alone_arguments
+
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("scale", type=float)
-    parser.add_argument("--queries", type=int, nargs="+", default=list(range(1, 23)))
+    alone_arguments(parser, list(range(1, 23)))
     parser.add_argument("--small", type=float, default=0.001, help="the first change epoch's fraction of orders")
     parser.add_argument("--large", type=float, default=0.1, help="the later epochs' fraction of orders")
     parser.add_argument("--large-epochs", type=int, default=3)
-    parser.add_argument("--work", default="/tmp/epochal-bench")
     arguments = parser.parse_args(argv)
 
     from bench.__main__ import LOADED_AT, batch_time, first_run_alone, recompute_table_seconds, warm

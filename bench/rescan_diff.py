@@ -22,6 +22,8 @@ import argparse
 import time
 from pathlib import Path
 
+from bench.__main__ import alone_arguments
+
 
 def _timed(action):
     began = time.perf_counter()
@@ -31,11 +33,9 @@ def _timed(action):
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("scale", type=float)
-    parser.add_argument("--queries", type=int, nargs="+", default=[10])
+    alone_arguments(parser, [10])
     parser.add_argument("--fraction", type=float, default=0.1)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--work", default="/tmp/epochal-bench")
     arguments = parser.parse_args(argv)
 
     import pyarrow as pa
