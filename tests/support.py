@@ -133,6 +133,8 @@ class Oracle:
                 table = DeltaTable(path, version=version, storage_options=self.engine.storage_options)
                 if delta_rs_reads_alike(table):  # read as Spark reads it: no column mapping, no deletion vectors
                     data = table.to_pyarrow_table(columns=schema.names)
+                    if data.num_rows == 0:  # PySpark cannot convert a MAP column of no chunks
+                        return spark.createDataFrame([], schema=schema)
                     # one chunk: PySpark's createDataFrame drops the rows after an empty chunk
                     return spark.createDataFrame(data.combine_chunks().cast(to_arrow_schema(schema)), schema=schema)
             except DeltaError:  # a reader feature delta-rs lacks (type widening): Spark's to read
