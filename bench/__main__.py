@@ -327,7 +327,7 @@ def _epoch(engine, spark, root: str, generator, index: int, queries: list[str], 
             recompute_seconds=round(recomputes[report.table], 3),
             rows_read=report.rows_read, rows_inserted=report.rows_inserted, rows_deleted=report.rows_deleted,
             phases=report.detail.get("phases", {}), cost=report.detail.get("cost", {}),
-            estimate=report.detail.get("estimate"),
+            estimate=report.detail.get("estimate"), replaced=report.detail.get("replaced"),
         )
     changed = {t: batch.counts(t) for t in SOURCES}
     return dict(index=index, floor_seconds=_rounded(floor), floor_driver_seconds=_rounded(floor_driver),
@@ -452,13 +452,15 @@ def run_scale(spark, work: Path, scale: float, fractions: list[float], epochs: i
               driver_rows: int | None = None, source_writer: str = "delta-rs", arrange_rows: int | None = -1,
               parallelism: int | None = None, day: bool = False, switch_interval: float | None = -1,
               keep: bool = False, resume: str | None = None, recompute_every: int = 1,
-              warm_sources: bool = False) -> list[dict]:
+              warm_sources: bool = False, progress=None) -> list[dict]:
     """One warehouse at `scale`: its first epoch, then `epochs` epochs at each of `fractions` in
     turn; one run per fraction (each carries the shared first epoch's figures). `keep` leaves the
     warehouse in place; `resume` goes on with a warehouse left by an earlier run (no first epoch).
     `recompute_every` N: the recompute runs in the first of every N epochs and the last, the epochs
     between taking the seconds of the one before them (a day at scale 10 recomputed every hour
-    takes over two hours here, nine tenths of it the recomputes). `warm_sources`: see `_epoch`."""
+    takes over two hours here, nine tenths of it the recomputes). `warm_sources`: see `_epoch`.
+    `progress`, when given, is called with the epochs measured so far after each one, so that a
+    run that dies (a full disk, say) keeps them."""
     from ops.changes import ChangeGenerator
 
     root = str(Path(resume).resolve()) if resume else tpch_warehouse(spark, work, scale, f"run-{scale:g}-{fractions[0]:g}")
@@ -487,10 +489,13 @@ def run_scale(spark, work: Path, scale: float, fractions: list[float], epochs: i
             epoch = results[-1]
             print(f"  scale {scale:g} fraction {fraction:g} epoch {index}: whole epoch incremental "
                   f"{epoch['incremental_seconds']:.1f}s, recompute {epoch['recompute_seconds']:.1f}s "
-                  f"({epoch['recompute_seconds'] / epoch['incremental_seconds']:.2f}x); copies {epoch['copies']}; arranged: " + ", ".join(
+                  f"({epoch['recompute_seconds'] / epoch['incremental_seconds']:.2f}x); disk free "
+                  f"{shutil.disk_usage(work).free / 2**30:.0f} GiB; copies {epoch['copies']}; arranged: " + ", ".join(
                       f"{a['input']}.{a['key']} {a['what']} {a['seconds']:.1f}s" for a in epoch["arranged"]) + "; " + ", ".join(
-                f"{n} {t['incremental_seconds']:.1f}s/{t['recompute_seconds']:.1f}s" for n, t in epoch["tables"].items()),
-                flush=True)
+                f"{n} {t['incremental_seconds']:.1f}s/{t['recompute_seconds']:.1f}s {_technique(t)}"
+                for n, t in epoch["tables"].items()), flush=True)
+            if progress is not None:
+                progress(dict(scale=scale, fraction=fraction, first_epoch_seconds=_rounded(first), epochs=results))
         runs.append(dict(scale=scale, fraction=fraction, first_epoch_seconds=_rounded(first), first_epoch=first_epoch,
                          resumed=resume,
                          epochs=results,
@@ -511,6 +516,15 @@ def run_scale(spark, work: Path, scale: float, fractions: list[float], epochs: i
     else:
         shutil.rmtree(root, ignore_errors=True)
     return runs
+
+
+def _technique(table: dict) -> str:
+    """A table's technique in an epoch's progress line: incremental, or the rescan's reason code,
+    and whether it replaced the table's contents."""
+    if table["technique"] != "rescan":
+        return table["technique"]
+    code = table["reason"].split(":")[0]
+    return f"rescan {code}" + (" replaced" if table.get("replaced") else "")
 
 
 def summarize(run: dict) -> list[dict]:
@@ -935,8 +949,10 @@ def main(argv=None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     runs, sweep = [], []
 
-    def save():
-        (out / "results.json").write_text(json.dumps(dict(arguments=vars(arguments), runs=runs, sweep=sweep), indent=1))
+    def save(in_progress: dict | None = None):
+        (out / "results.json").write_text(json.dumps(dict(arguments=vars(arguments), runs=runs, sweep=sweep,
+                                                          **({"in_progress": in_progress} if in_progress else {})),
+                                                     indent=1))
 
     queries = [f"tpch_q{n:02d}" for n in arguments.queries]
     arguments.epochs = arguments.epochs or (24 if arguments.day else 3)
@@ -947,14 +963,15 @@ def main(argv=None) -> None:
         runs.extend(run_scale(spark, work, scale, fractions, arguments.epochs, queries, arguments.driver_rows,
                               arguments.source_writer, arguments.arrange_rows, arguments.parallelism, arguments.day,
                               switch_interval=arguments.switch_interval, keep=arguments.keep, resume=arguments.resume,
-                              recompute_every=arguments.recompute_every, warm_sources=arguments.warm_sources))
+                              recompute_every=arguments.recompute_every, warm_sources=arguments.warm_sources,
+                              progress=save))
         save()
     sweep_queries = [f"tpch_q{n:02d}" for n in arguments.sweep_queries]
     if arguments.sweep:
         sweep.extend(run_scale(spark, work, arguments.scales[0], arguments.sweep, arguments.sweep_epochs, sweep_queries,
                                arguments.driver_rows, arguments.source_writer, arguments.arrange_rows,
                                arguments.parallelism, switch_interval=arguments.switch_interval, keep=arguments.keep,
-                               resume=arguments.resume, warm_sources=arguments.warm_sources))
+                               resume=arguments.resume, warm_sources=arguments.warm_sources, progress=save))
         save()
     write_report(out, report_markdown(arguments, runs, sweep, started), runs, sweep)
 

@@ -367,6 +367,29 @@ def test_a_rescan_tried_before_any_was_measured_keeps_the_state(spark, warehouse
     assert refreshed(engine)["t"].technique == "incremental"  # measured now, and within the margin
 
 
+def test_a_rescan_favoured_by_a_step_of_the_same_size_is_run_for_cost_without_a_try(spark, warehouse, monkeypatch):
+    """An incremental step measured at the change's size (cost.Estimate.at_size; here every size
+    counts, FIXED_COST_ROWS lifted) needs no try: the first rescan the model favours runs for COST
+    and keeps no state, and the table stays equal to its recompute."""
+    from epochal.protocol import cost
+
+    monkeypatch.setattr(cost, "FIRST_RUN_OVERSTATES", 1e9)
+    monkeypatch.setattr(cost, "FIXED_COST_ROWS", 1)
+    root = f"{warehouse}/{uuid.uuid4().hex[:8]}"
+    a = SyntheticSource(spark, f"{root}/sources/a", SCHEMA, ROWS)
+    engine = build(spark, root, cost_model=True)
+    engine.define("d", D, strict=True)
+    engine.refresh()
+    a.update("k = 1", {"v": "v + 1"})
+    assert refreshed(engine)["t"].technique == "incremental"
+    a.update("k = 2", {"v": "v + 1"})
+    reports = refreshed(engine)
+    assert_rescan(reports, "COST", "the state not kept")
+    assert "one is tried" not in reports["t"].reason and reports["t"].detail["estimate"]["at_size"]
+    last = engine.table("t").ledger.last_committed()
+    assert (last.detail["state"], last.state_versions) == (reasons.STATE_NOT_KEPT, {})
+
+
 def test_a_rescan_builds_an_aggregate_over_an_aggregate_from_the_lower_state(spark, warehouse, monkeypatch):
     """A rescan keeping the state (here a first run, then a full refresh) writes every aggregate's
     full state, lowest first. The upper aggregate's is planned over the lower one's as the lower
