@@ -344,13 +344,18 @@ def test_a_large_change_its_steps_found_consolidating_away_is_read_not_rescanned
     assert (reports["t"].technique, reports["t"].rows_read) == ("incremental", 0), reports["t"]
 
 
-def test_a_rescan_tried_before_any_was_measured_keeps_the_state(spark, warehouse, monkeypatch):
-    """With no rescan for cost measured yet, the model tries one when the first run, discounted,
-    estimates it cheaper (here: always). The tried rescan builds the state as well, so when it
-    loses (here: the margin is then out of reach) the next step is incremental without a rebuild."""
-    from epochal.protocol import cost
-
+@pytest.mark.parametrize("at_size", [False, True], ids=["scaled", "at_size"])
+def test_the_first_rescan_for_cost_is_tried_keeping_the_state_unless_measured_at_the_change_size(
+        spark, warehouse, monkeypatch, at_size):
+    """With no rescan for cost measured yet, the model favours one when the first run, discounted,
+    estimates it cheaper (here: always). Scaled up from smaller steps (cost.FIXED_COST_ROWS here),
+    the estimate may be wrong, so the rescan is tried: it builds the state as well, and when it
+    loses (here: the margin is then out of reach) the next step is incremental without a
+    rebuild. Measured at the change's size (cost.Estimate.at_size; FIXED_COST_ROWS lifted), it
+    needs no try: the rescan runs for COST and keeps no state."""
     monkeypatch.setattr(cost, "FIRST_RUN_OVERSTATES", 1e9)
+    if at_size:
+        monkeypatch.setattr(cost, "FIXED_COST_ROWS", 1)
     root = f"{warehouse}/{uuid.uuid4().hex[:8]}"
     a = SyntheticSource(spark, f"{root}/sources/a", SCHEMA, ROWS)
     engine = build(spark, root, cost_model=True)
@@ -359,35 +364,19 @@ def test_a_rescan_tried_before_any_was_measured_keeps_the_state(spark, warehouse
     a.update("k = 1", {"v": "v + 1"})
     assert refreshed(engine)["t"].technique == "incremental"  # no incremental step seen yet
     a.update("k = 2", {"v": "v + 1"})
-    assert_rescan(refreshed(engine), "COST", "one is tried")
-    tried = engine.table("t").ledger.last_committed()
-    assert "state" not in tried.detail and tried.state_versions, tried.detail
+    reports = refreshed(engine)
+    last = engine.table("t").ledger.last_committed()
+    assert reports["t"].detail["estimate"]["at_size"] is at_size
+    if at_size:
+        assert_rescan(reports, "COST", "the state not kept")
+        assert "one is tried" not in reports["t"].reason
+        assert (last.detail["state"], last.state_versions) == (reasons.STATE_NOT_KEPT, {})
+        return
+    assert_rescan(reports, "COST", "one is tried")
+    assert "state" not in last.detail and last.state_versions, last.detail
     monkeypatch.setattr(cost, "MARGIN", 1e9)
     a.update("k = 3", {"v": "v + 1"})
     assert refreshed(engine)["t"].technique == "incremental"  # measured now, and within the margin
-
-
-def test_a_rescan_favoured_by_a_step_of_the_same_size_is_run_for_cost_without_a_try(spark, warehouse, monkeypatch):
-    """An incremental step measured at the change's size (cost.Estimate.at_size; here every size
-    counts, FIXED_COST_ROWS lifted) needs no try: the first rescan the model favours runs for COST
-    and keeps no state, and the table stays equal to its recompute."""
-    from epochal.protocol import cost
-
-    monkeypatch.setattr(cost, "FIRST_RUN_OVERSTATES", 1e9)
-    monkeypatch.setattr(cost, "FIXED_COST_ROWS", 1)
-    root = f"{warehouse}/{uuid.uuid4().hex[:8]}"
-    a = SyntheticSource(spark, f"{root}/sources/a", SCHEMA, ROWS)
-    engine = build(spark, root, cost_model=True)
-    engine.define("d", D, strict=True)
-    engine.refresh()
-    a.update("k = 1", {"v": "v + 1"})
-    assert refreshed(engine)["t"].technique == "incremental"
-    a.update("k = 2", {"v": "v + 1"})
-    reports = refreshed(engine)
-    assert_rescan(reports, "COST", "the state not kept")
-    assert "one is tried" not in reports["t"].reason and reports["t"].detail["estimate"]["at_size"]
-    last = engine.table("t").ledger.last_committed()
-    assert (last.detail["state"], last.state_versions) == (reasons.STATE_NOT_KEPT, {})
 
 
 def test_a_rescan_builds_an_aggregate_over_an_aggregate_from_the_lower_state(spark, warehouse, monkeypatch):
