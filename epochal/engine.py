@@ -392,6 +392,7 @@ class Engine:
                                              in epoch.table_ids.items() if name in self.sources})
         if self.keyed_files is not None and self.keyed_files.copies is not None:
             self.keyed_files.copies.take_counts()
+            self.keyed_files.copies.give_way()  # its evictions count in this refresh's reports
         try:
             reports = self._run_steps(names, epoch, full_refresh, reads)
             self._arrange(reads, self._hydrating(reports))

@@ -183,6 +183,25 @@ def test_copies_stay_within_their_disk_budget_dropping_the_least_recently_read(t
     assert [p.name for p in (tmp_path / "copies").glob("*/*.tmp")] == ["being-written.arrow.tmp"]
 
 
+def test_copies_give_way_to_the_free_disk_they_share(tmp_path):
+    """The copies take at most `share_of_free` of their bytes and the free disk together, so a
+    warehouse on the same disk that grows makes them give way, at the start of a refresh as well
+    as when a copy is made."""
+    folders = []
+    for index in range(3):
+        folder = tmp_path / f"file{index}"
+        folder.mkdir()
+        folders.append(_file(str(folder), list(range(2_000)), date=False))
+    roomy = LocalCopies(str(tmp_path / "copies"), share_of_free=1.0)
+    made = [roomy.make(path, fragment, "k") for path, fragment, _ in folders]
+    roomy.give_way()
+    assert all(os.path.exists(copy) for copy in made) and roomy.take_counts() == {"made": 3}
+    short = LocalCopies(str(tmp_path / "copies"), share_of_free=1e-12)  # the disk as good as full
+    short.give_way()
+    assert not any(os.path.exists(copy) for copy in made) and short.take_counts() == {"evicted": 3}
+    LocalCopies(str(tmp_path / "none yet")).give_way()  # no folder, nothing to do
+
+
 def test_a_rebuilt_tables_old_copies_are_pruned_and_others_kept(tmp_path):
     table = tmp_path / "arrangement"
     table.mkdir()
