@@ -146,7 +146,6 @@ class Estimate:
     path_measured: bool = True  # False: past `driver_rows` with no step measured past it (SPARK_PATH_UNMEASURED)
     at_size: bool = False  # the incremental estimate was measured at this change's size, not scaled up to it
 
-
     @property
     def favours_rescan(self) -> bool:
         return self.incremental > MARGIN * self.rescan
@@ -168,10 +167,12 @@ class Estimate:
                  "compute, and no step of the table was measured there yet")
         if self.at_size and not self.rescan_measured and choice == "rescanning":
             choice = "rescanning, the state not kept: the incremental estimate was measured at this change's size"
-        kept = self.rescan_measured or not self.path_measured
+        if self.rescan_measured or not self.path_measured:
+            rescan = "at"
+        else:
+            rescan = "with its state build at" if self.at_size else "keeping the state at"
         return (f"an incremental step of {self.rows} change rows is estimated at {self.incremental:.1f} s "
-                f"({basis}), a rescan {'at' if kept else 'with its state build at' if self.at_size else 'keeping the state at'} {self.rescan:.1f} s (from "
-                f"{self.rescan_seen} past rescan(s)); {choice}")
+                f"({basis}), a rescan {rescan} {self.rescan:.1f} s (from {self.rescan_seen} past rescan(s)); {choice}")
 
 
 def _computed(step) -> bool:
