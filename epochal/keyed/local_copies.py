@@ -646,7 +646,8 @@ class LocalCopies:
             if not os.path.isdir(self.directory):
                 return
             entries = [e for folder in os.scandir(self.directory) if folder.is_dir() for e in os.scandir(folder.path)]
-            sizes = {e.path: (e.stat().st_mtime, e.stat().st_size) for e in entries if e.name.endswith(".arrow")}
+            sizes = {e.path: (stat.st_mtime, stat.st_size) for e in entries if e.name.endswith(".arrow")
+                     for stat in (e.stat(),)}
             for entry in entries:
                 if entry.name.endswith(".tmp") and entry.stat().st_mtime < time.time() - ABANDONED_SECONDS:
                     os.remove(entry.path)
