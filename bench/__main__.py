@@ -82,7 +82,8 @@ def _arguments(argv=None) -> argparse.Namespace:
     parser.add_argument("--warm-sources", action="store_true",
                         help="read every source at its new version through Spark after each change batch, "
                              "untimed, so that the side timed first (the incremental epoch) does not pay alone "
-                             "for the first read of the versions the batch wrote")
+                             "for the first read of the versions the batch wrote; and before each side flush the "
+                             "files written to disk and collect the JVM's heap, untimed (`settle`)")
     parser.add_argument("--work", default=os.environ.get("EPOCHAL_BENCH_WORK", "/tmp/epochal-bench"),
                         help="scratch folder: cached TPC-H loads and the warehouses")
     parser.add_argument("--driver-memory", default="8g",
@@ -236,6 +237,27 @@ def warm(spark, paths) -> float:
     return _timed(lambda: [spark.read.format("delta").load(path).selectExpr("count(*)").collect() for path in paths])[0]
 
 
+def _pending_write_megabytes() -> float | None:
+    """What the kernel still has to write to disk (Linux: Dirty and Writeback of /proc/meminfo)."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            fields = dict(line.split(":", 1) for line in meminfo)
+        return round(sum(int(fields[k].split()[0]) for k in ("Dirty", "Writeback")) / 1024, 1)
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def settle(spark) -> dict:
+    """Give the side about to be timed the machine as the other found it, untimed: the files the
+    source writer (or the side before) wrote are flushed to disk, so the kernel's writeback of them
+    does not run during the first side's jobs alone (a change batch of 10% at scale 10 rewrites
+    gigabytes of line items), and the JVM's heap is collected, so neither side pays for the
+    other's garbage. Returns what was pending and the seconds it took."""
+    pending = _pending_write_megabytes()
+    seconds, _ = _timed(lambda: (os.sync(), spark.sparkContext._jvm.java.lang.System.gc()))
+    return dict(pending_write_megabytes=pending, seconds=round(seconds, 3))
+
+
 def _versions(spark, root: str) -> dict[str, int]:
     from delta.tables import DeltaTable
 
@@ -290,8 +312,9 @@ def _epoch(engine, spark, root: str, generator, index: int, queries: list[str], 
     schedule runs it), the recompute-and-overwrite of every table, and with `extras` a noop epoch,
     an unread-columns epoch and the floor. With `last_recompute` (an earlier epoch of this run)
     the recompute is not run: its seconds, whole and per table, are that epoch's, and the epoch
-    says so (`recompute_measured_at`). With `warm_sources` every source is read at its new version
-    before both sides (`warm`)."""
+    says so (`recompute_measured_at`). With `warm_sources` both sides are given the same start:
+    every source is read at its new version before both (`warm`), and the machine is settled
+    before each (`settle`)."""
     before = _versions(spark, root)
     batch = generator.apply_batch(index, batch_time(index))
     warmed = warm(spark, [f"{root}/sources/{s}" for s in SOURCES]) if warm_sources else None
@@ -299,6 +322,7 @@ def _epoch(engine, spark, root: str, generator, index: int, queries: list[str], 
     floor = _floor(spark, root, before) if extras else None
     floor_driver = _floor_driver(spark, root, before, engine.driver_rows) if extras else None
     names = [n for n in engine.tables() if n in queries]
+    settled = dict(incremental=settle(spark)) if warm_sources else {}
     _reset_peaks(spark)
     incremental, reports = _timed(lambda: engine.refresh(names, until=until, upstream=False))
     incremental_peak = _peak_gigabytes(spark)
@@ -307,6 +331,8 @@ def _epoch(engine, spark, root: str, generator, index: int, queries: list[str], 
     served = [dict(input=Path(path).name, key=key, **counts) for (path, key), counts in engine.arranged_reads.items()]
     copies = next((r.detail["arrangements"]["copies"] for r in reports if "arrangements" in r.detail), {})
     if last_recompute is None:
+        if warm_sources:
+            settled["recompute"] = settle(spark)
         _reset_peaks(spark)
         recompute, recomputes = _recompute_all(engine, names, root)
         recompute_peak = _peak_gigabytes(spark)
@@ -333,7 +359,7 @@ def _epoch(engine, spark, root: str, generator, index: int, queries: list[str], 
     return dict(index=index, floor_seconds=_rounded(floor), floor_driver_seconds=_rounded(floor_driver),
                 incremental_seconds=round(incremental, 3), recompute_seconds=round(recompute, 3),
                 recompute_measured_at=measured_at, noop_seconds=_rounded(noop), unread_columns=unread,
-                sources_warmed_seconds=_rounded(warmed), source_changes=changed, arranged=arranged,
+                sources_warmed_seconds=_rounded(warmed), settled=settled, source_changes=changed, arranged=arranged,
                 arranged_reads=served, copies=copies,
                 peak_gigabytes=dict(incremental=incremental_peak, recompute=recompute_peak), tables=tables)
 
@@ -490,7 +516,7 @@ def run_scale(spark, work: Path, scale: float, fractions: list[float], epochs: i
             print(f"  scale {scale:g} fraction {fraction:g} epoch {index}: whole epoch incremental "
                   f"{epoch['incremental_seconds']:.1f}s, recompute {epoch['recompute_seconds']:.1f}s "
                   f"({epoch['recompute_seconds'] / epoch['incremental_seconds']:.2f}x); disk free "
-                  f"{shutil.disk_usage(work).free / 2**30:.0f} GiB; copies {epoch['copies']}; arranged: " + ", ".join(
+                  f"{shutil.disk_usage(work).free / 2**30:.0f} GiB; settled {epoch['settled']}; copies {epoch['copies']}; arranged: " + ", ".join(
                       f"{a['input']}.{a['key']} {a['what']} {a['seconds']:.1f}s" for a in epoch["arranged"]) + "; " + ", ".join(
                 f"{n} {t['incremental_seconds']:.1f}s/{t['recompute_seconds']:.1f}s {_technique(t)}"
                 for n, t in epoch["tables"].items()), flush=True)
@@ -852,13 +878,14 @@ def report_markdown(arguments, runs: list[dict], sweep: list[dict], started: str
                   f"{'s' if epochs > 1 else ''} at each "
                   + (f"fraction in turn, resumed from {sweep[0]['resumed']})" if sweep[0].get("resumed") else
                      f"fraction in turn after a first epoch of {sweep[0]['first_epoch_seconds']} s)"), "",
-                  "| fraction | epoch | whole epoch s | recompute s | speedup | sources warmed s |",
-                  "|---:|---:|---:|---:|---:|---:|"]
+                  "| fraction | epoch | whole epoch s | recompute s | speedup | sources warmed s | written, flushed first MB |",
+                  "|---:|---:|---:|---:|---:|---:|---:|"]
         for run in sweep:
             for e in run["epochs"]:
                 lines.append(f"| {run['fraction'] * 100:g}% | {e['index']} | {e['incremental_seconds']:.1f} | "
                              f"{e['recompute_seconds']:.1f} | {e['recompute_seconds'] / e['incremental_seconds']:.2f} | "
-                             f"{_format(e.get('sources_warmed_seconds'))} |")
+                             f"{_format(e.get('sources_warmed_seconds'))} | "
+                             f"{_format(e.get('settled', {}).get('incremental', {}).get('pending_write_megabytes'), 1)} |")
         lines += ["", "| fraction | epoch | table | technique | step s | recompute s | speedup |",
                   "|---:|---:|---|---|---:|---:|---:|"]
         for run in sweep:
