@@ -264,25 +264,38 @@ def _versions(spark, root: str) -> dict[str, int]:
     return {s: DeltaTable.forPath(spark, f"{root}/sources/{s}").history(1).collect()[0]["version"] for s in SOURCES}
 
 
-def recompute_table_seconds(engine, name: str, root: str) -> float:
+def recompute_table(engine, name: str, root: str) -> dict:
     """Recompute-and-overwrite one table, its jobs in the thread's scheduler pool as the engine's
-    steps run theirs (so tables recomputed at once share the cores as steps do)."""
-    from epochal.metrics import scheduler_pool
+    steps run theirs (so tables recomputed at once share the cores as steps do). `seconds` times
+    the write (its jobs), as the benchmark always has; `frame_seconds` the building of its frame
+    before it (Delta's snapshots of the inputs at their versions, which a rescan's compute phase
+    includes); `spark_jobs` and `task_seconds` the write's jobs, as a step's report counts its own,
+    so a rescan's work can be told from the machine's noise."""
+    from epochal.metrics import Meter, metered, scheduler_pool
 
-    with scheduler_pool(engine.spark, threading.current_thread().name):
-        frame = engine.recompute(name)
-        return _timed(lambda: frame.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
-                      .save(f"{root}/_recompute/{name}"))[0]
+    meter = Meter()
+    with scheduler_pool(engine.spark, threading.current_thread().name), metered(engine.spark, meter):
+        frame_seconds, frame = _timed(lambda: engine.recompute(name))
+        seconds, _ = _timed(lambda: frame.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+                            .save(f"{root}/_recompute/{name}"))
+    meter.count_jobs(engine.spark)
+    return dict(seconds=round(seconds, 3), frame_seconds=round(frame_seconds, 3), spark_jobs=meter.jobs,
+                task_seconds=meter.task_seconds)
 
 
-def _recompute_all(engine, names: list[str], root: str) -> tuple[float, dict[str, float]]:
+def recompute_table_seconds(engine, name: str, root: str) -> float:
+    return recompute_table(engine, name, root)["seconds"]
+
+
+def _recompute_all(engine, names: list[str], root: str) -> tuple[float, dict[str, float], dict[str, dict]]:
     """Recompute-and-overwrite every table, as many at a time as the engine runs steps (each
-    table's SQL over the same source versions its epoch read): the whole wall time, and each's."""
+    table's SQL over the same source versions its epoch read): the whole wall time, each's
+    seconds, and each's `recompute_table`."""
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max(1, engine.parallelism)) as pool:
-        seconds, each = _timed(lambda: dict(zip(names, pool.map(lambda n: recompute_table_seconds(engine, n, root), names))))
-    return seconds, each
+        seconds, each = _timed(lambda: dict(zip(names, pool.map(lambda n: recompute_table(engine, n, root), names))))
+    return seconds, {name: e["seconds"] for name, e in each.items()}, each
 
 
 UNREAD_COLUMN = ("lineitem", "l_comment", "l_orderkey")  # no TPC-H query reads l_comment
@@ -334,12 +347,13 @@ def _epoch(engine, spark, root: str, generator, index: int, queries: list[str], 
         if warm_sources:
             settled["recompute"] = settle(spark)
         _reset_peaks(spark)
-        recompute, recomputes = _recompute_all(engine, names, root)
+        recompute, recomputes, recompute_costs = _recompute_all(engine, names, root)
         recompute_peak = _peak_gigabytes(spark)
         measured_at = index
     else:
         recompute, recompute_peak = last_recompute["recompute_seconds"], last_recompute["peak_gigabytes"]["recompute"]
         recomputes = {name: t["recompute_seconds"] for name, t in last_recompute["tables"].items()}
+        recompute_costs = {name: t.get("recompute_cost") for name, t in last_recompute["tables"].items()}
         measured_at = last_recompute["recompute_measured_at"]
     noop, unread = None, {}
     if extras:
@@ -350,7 +364,7 @@ def _epoch(engine, spark, root: str, generator, index: int, queries: list[str], 
     for report in reports:
         tables[report.table] = dict(
             technique=report.technique, reason=report.reason, incremental_seconds=report.seconds,
-            recompute_seconds=round(recomputes[report.table], 3),
+            recompute_seconds=round(recomputes[report.table], 3), recompute_cost=recompute_costs[report.table],
             rows_read=report.rows_read, rows_inserted=report.rows_inserted, rows_deleted=report.rows_deleted,
             phases=report.detail.get("phases", {}), cost=report.detail.get("cost", {}),
             estimate=report.detail.get("estimate"), replaced=report.detail.get("replaced"),
@@ -886,8 +900,9 @@ def report_markdown(arguments, runs: list[dict], sweep: list[dict], started: str
                              f"{e['recompute_seconds']:.1f} | {e['recompute_seconds'] / e['incremental_seconds']:.2f} | "
                              f"{_format(e.get('sources_warmed_seconds'))} | "
                              f"{_format(e.get('settled', {}).get('incremental', {}).get('pending_write_megabytes'), 1)} |")
-        lines += ["", "| fraction | epoch | table | technique | step s | recompute s | speedup |",
-                  "|---:|---:|---|---|---:|---:|---:|"]
+        lines += ["", "| fraction | epoch | table | technique | step s | recompute s | speedup | step tasks s | "
+                      "recompute tasks s | recompute frame s (untimed) |",
+                  "|---:|---:|---|---|---:|---:|---:|---:|---:|---:|"]
         for run in sweep:
             for e in run["epochs"]:
                 for name, t in sorted(e["tables"].items()):
@@ -895,7 +910,9 @@ def report_markdown(arguments, runs: list[dict], sweep: list[dict], started: str
                     reason = f" ({str(t['reason']).split(':')[0]})" if t.get("reason") else ""
                     lines.append(f"| {run['fraction'] * 100:g}% | {e['index']} | {name} | {t['technique']}{reason} | "
                                  f"{_format(t['incremental_seconds'])} | {_format(t['recompute_seconds'])} | "
-                                 f"{_format(speedup, 1)} |")
+                                 f"{_format(speedup, 1)} | {_format((t.get('cost') or {}).get('task_seconds'))} | "
+                                 f"{_format((t.get('recompute_cost') or {}).get('task_seconds'))} | "
+                                 f"{_format((t.get('recompute_cost') or {}).get('frame_seconds'))} |")
         lines.append("")
     return "\n".join(lines)
 
