@@ -343,7 +343,8 @@ class Engine:
         return sorted({s for upstream in self.table(name).compiled.inputs for s in self.leaf_sources(upstream)})
 
     def ledger(self, name: str) -> list[Step]:
-        return self.table(name).ledger.steps()
+        """The table's ledger, oldest record first: copies, the caller's to change."""
+        return [step.copied() for step in self.table(name).ledger.steps()]
 
     # ---- running -----------------------------------------------------------------------------
     def epoch(self, until: datetime | None = None, tables: list[str] | None = None) -> Epoch:

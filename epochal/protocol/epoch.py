@@ -285,6 +285,7 @@ def _execute(env: Environment, table, epoch: Epoch, step: Step, began: float) ->
     """Compute and write the step; an error that is not the engine's own (Spark's, raised by the
     table's SQL, say) gets a note naming the table, the epoch and what happens next, and keeps
     its type."""
+    step = step.copied()  # its detail is written below; the ledger's own steps are shared
     try:
         return _execute_with_retries(env, table, epoch, step, began)
     except EpochalError:
