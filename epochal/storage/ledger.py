@@ -104,8 +104,8 @@ class Ledger:
         """Every record as a Step, in order. The ledger is never trimmed, and a step reads it
         several times: records are parsed once, a read that only added records to the last one
         (every record write) parses just those (bench/ledger_reads.py). The steps are shared by
-        every caller, as they are: change a `Step.copied()` (copying them all on each call would
-        cost a year's hourly ledger a tenth of a second a read)."""
+        every caller, as they are: change a `Step.copied()` (copying them all on each call costs a
+        long ledger most of what parsing once saves; bench/RESULTS.md)."""
         records = self.table.read()
         with self._parsing:
             seen, ordered = self._parsed
