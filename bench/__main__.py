@@ -290,12 +290,13 @@ def recompute_table_seconds(engine, name: str, root: str) -> float:
 def _recompute_all(engine, names: list[str], root: str) -> tuple[float, dict[str, float], dict[str, dict]]:
     """Recompute-and-overwrite every table, as many at a time as the engine runs steps (each
     table's SQL over the same source versions its epoch read): the whole wall time, each's
-    seconds, and each's `recompute_table`."""
+    seconds, and the rest of each's `recompute_table` (without its seconds, given second)."""
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max(1, engine.parallelism)) as pool:
         seconds, each = _timed(lambda: dict(zip(names, pool.map(lambda n: recompute_table(engine, n, root), names))))
-    return seconds, {name: e["seconds"] for name, e in each.items()}, each
+    return seconds, {name: e["seconds"] for name, e in each.items()}, \
+        {name: {k: v for k, v in e.items() if k != "seconds"} for name, e in each.items()}
 
 
 UNREAD_COLUMN = ("lineitem", "l_comment", "l_orderkey")  # no TPC-H query reads l_comment
