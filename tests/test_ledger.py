@@ -64,3 +64,29 @@ def test_a_copied_step_changes_without_changing_the_ledgers(tmp_path):
     step.inputs["orders"] = {"from": 0, "to": 9}
     step.state_versions["agg"] = 9
     assert _keys([ledger.last_committed()]) == _keys([_step(1, COMMITTED)])
+
+
+def test_a_record_is_written_once_per_key_whoever_wrote_it_first(tmp_path):
+    """A record write finds the stored record of its key by the index its reads keep: records this
+    ledger wrote, another process's, and the same after a compaction rewrote the files."""
+    uri = str(tmp_path / "ledger")
+    ledger, elsewhere = Ledger(uri), Ledger(uri)
+    _record_epoch(ledger, 1)
+    _record_epoch(elsewhere, 2)
+
+    def again(writer: Ledger, seq: int, status: str) -> Step:
+        retry = _step(seq, status)
+        retry.detail = {"phases": {"compute": 99.0}}  # a later writer's own record, not stored
+        written, stored = writer.record(retry)
+        assert not written
+        return stored
+
+    assert again(ledger, 2, COMMITTED).detail == _step(2, COMMITTED).detail  # the other process's
+    assert again(elsewhere, 1, STARTED).detail == _step(1, STARTED).detail
+    DeltaTable(uri).optimize.compact()
+    assert again(ledger, 1, COMMITTED).detail == _step(1, COMMITTED).detail
+    written, _ = ledger.record(_step(3, STARTED))
+    assert written and ledger.pending().seq == 3
+    assert [(s.seq, s.status) for s in ledger.steps()] == [(1, STARTED), (1, COMMITTED), (2, STARTED), (2, COMMITTED),
+                                                           (3, STARTED)]
+    assert len(DeltaTable(uri).to_pyarrow_table()) == 5

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -61,7 +61,7 @@ class RecordTable:
     schema: pa.Schema
     key: tuple[str, ...]
     storage_options: dict[str, str] | None = None
-    _cache: tuple[int, frozenset[str], list[dict]] | None = field(default=None, repr=False)
+    _cache: tuple[int, frozenset[str], list[dict], dict[tuple, dict]] | None = field(default=None, repr=False)
     _opened: threading.local = field(default_factory=threading.local, repr=False, compare=False)
 
     def _open(self) -> DeltaTable | None:
@@ -123,31 +123,43 @@ class RecordTable:
         return [] if table is None else self._rows(table)
 
     def _rows(self, table: DeltaTable) -> list[dict]:
-        """The records at `table`'s version, cached: a version that only added files to the
-        cached one (every record write) reads just those files, so a ledger's read costs what
-        changed since, not its whole history; one that removed files (a compaction) reads all."""
+        return self._indexed(table)[0]
+
+    def _indexed(self, table: DeltaTable) -> tuple[list[dict], dict[tuple, dict]]:
+        """The records at `table`'s version and, by key, the first record of each key, cached: a
+        version that only added files to the cached one (every record write) reads just those
+        files and indexes just their records, so a ledger's read and a record write cost what
+        changed since, not the table's whole history (bench/ledger_reads.py); one that removed
+        files (a compaction) reads all."""
         version = table.version()
-        if self._cache is not None and self._cache[0] == version:
-            return self._cache[2]
+        cache = self._cache
+        if cache is not None and cache[0] == version:
+            return cache[2], cache[3]
         files = frozenset(table.file_uris())  # the log's list; a dataset costs a listing of its own
-        if self._cache is not None and self._cache[1] <= files and all(_local(uri) for uri in files):
-            added = sorted(files - self._cache[1])
+        if cache is not None and cache[1] <= files and all(_local(uri) for uri in files):
+            added = sorted(files - cache[1])
             schema = pa.schema(table.schema().to_arrow())
-            new = ds.dataset([_local(uri) for uri in added], schema=schema, format="parquet").to_table() \
-                if added else None
-            rows = self._cache[2] + (new.to_pylist() if new is not None else [])
+            new = ds.dataset([_local(uri) for uri in added], schema=schema, format="parquet").to_table().to_pylist() \
+                if added else []
+            rows, index = cache[2] + new, dict(cache[3])  # a copy: a reader of the cached version keeps its own
         else:
-            rows = table.to_pyarrow_dataset().to_table().to_pylist()
-        self._cache = (version, files, rows)
-        return rows
+            new = table.to_pyarrow_dataset().to_table().to_pylist()
+            rows, index = new, {}
+        for row in new:
+            index.setdefault(self._key_of(row), row)
+        self._cache = (version, files, rows, index)
+        return rows, index
+
+    def _key_of(self, record: dict) -> tuple:
+        return tuple(record[name] for name in self.key)
 
     def insert_if_absent(self, records: list[dict]) -> list[tuple[bool, dict]]:
         """Add each record whose key is not stored yet, in one commit. Returns, per record,
         (inserted, the stored record): the stored one is the earlier writer's where it existed."""
         for attempt in range(CONFLICT_RETRIES):
             table = self._open() or self._create()
-            rows = self._rows(table)
-            stored = [self._find(rows, record) for record in records]
+            _, index = self._indexed(table)
+            stored = [index.get(self._key_of(record)) for record in records]
             missing = [record for record, found in zip(records, stored) if found is None]
             if not missing:
                 return [(False, found) for found in stored]
@@ -167,9 +179,3 @@ class RecordTable:
             f"could not record {len(records)} record(s) in {self.uri}: "
             f"{CONFLICT_RETRIES} commit conflicts in a row"
         )
-
-    def _find(self, rows: Iterable[dict], record: dict) -> dict | None:
-        for row in rows:
-            if all(row[name] == record[name] for name in self.key):
-                return row
-        return None

@@ -14,6 +14,8 @@ versions from 0 again, so its frontier starts again from 0 (docs/architecture.md
 
 from __future__ import annotations
 
+import operator
+import threading
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -108,6 +110,65 @@ def frontier_for_window(log: DeltaLog | None, clock, end: datetime, lower: int, 
     return frontier, note
 
 
+@dataclass(frozen=True)
+class _Grouped:
+    """The remap's records as epochs: the records grouped (`rows`, the list `RecordTable.read`
+    returned), each epoch's entry (its frontiers, notes, table ids and paths by source) and the
+    epochs by key and in order."""
+
+    rows: list[dict]
+    entries: dict[str, dict]
+    by_key: dict[str, Epoch]
+    ordered: list[Epoch]
+
+
+NOTHING_GROUPED = _Grouped([], {}, {}, [])
+
+
+def _grouped(rows: list[dict], before: _Grouped) -> _Grouped:
+    """`rows` as epochs. Records are only ever added, so where `rows` begins with the records
+    `before` grouped (the same objects: a read that found only added files), only the records
+    after them are grouped, into new entries for the epochs they touch (an Epoch handed out
+    keeps its own); otherwise (a compaction re-read every record) all are."""
+    if len(rows) < len(before.rows) or not all(map(operator.is_, rows, before.rows)):
+        before = NOTHING_GROUPED
+    entries, fresh = dict(before.entries), set()
+    for row in rows[len(before.rows):]:
+        key, source = row["epoch"], row["source"]
+        if key not in fresh:
+            old = entries.get(key)
+            entries[key] = ({"end": row["end_time"], "kind": row["kind"], "frontiers": {}, "notes": {}, "ids": {},
+                             "paths": {}} if old is None else
+                            {name: dict(value) if isinstance(value, dict) else value for name, value in old.items()})
+            fresh.add(key)
+        entry = entries[key]
+        entry["frontiers"][source] = row["frontier"]
+        entry["paths"].setdefault(source, row["path"])
+        if row["note"]:
+            entry["notes"][source] = row["note"]
+        if row.get("table_id"):
+            entry["ids"][source] = row["table_id"]
+    by_key = dict(before.by_key)
+    for key in fresh:
+        value = entries[key]
+        by_key[key] = Epoch(key, utc(value["end"]), value["kind"], value["frontiers"], value["notes"], value["ids"])
+    ordered = before.ordered if not fresh else [by_key[key] for key in sorted(by_key)]
+    return _Grouped(rows, entries, by_key, ordered)
+
+
+def _neighbours(epochs: list[Epoch], end: datetime, source: str) -> tuple[Epoch | None, int | None]:
+    """Of the epochs (in order) holding a frontier of `source`: the last ending before `end`, and
+    the frontier of the first ending after it. Searched from the latest epoch back, where a new
+    epoch's are: a year of hourly epochs is 8,760 to pass otherwise, for each source."""
+    upper = None
+    for epoch in reversed(epochs):
+        if epoch.end < end and source in epoch.frontiers:
+            return epoch, upper
+        if epoch.end > end and source in epoch.frontiers:
+            upper = epoch.frontiers[source]
+    return None, upper
+
+
 class Remap:
     """The remap collection, shared by every table of a warehouse."""
 
@@ -115,31 +176,29 @@ class Remap:
         self.table = RecordTable(uri, REMAP_SCHEMA, ("epoch", "source"), storage_options)
         self.storage_options = storage_options
         self.run_id = run_id or uuid.uuid4().hex
+        self._grouped = NOTHING_GROUPED
+        self._grouping = threading.Lock()
+
+    def _read(self) -> _Grouped:
+        """The records as epochs, grouped once per version of the remap: it grows by a record per
+        source every epoch and is never trimmed, and a refresh asks for its epochs several times
+        (bench/ledger_reads.py, the remap)."""
+        rows = self.table.read()
+        with self._grouping:
+            if rows is not self._grouped.rows:
+                self._grouped = _grouped(rows, self._grouped)
+            return self._grouped
 
     def epochs(self) -> list[Epoch]:
         """Every epoch recorded so far, in order."""
-        grouped: dict[str, dict] = {}
-        for row in self.table.read():
-            entry = grouped.setdefault(
-                row["epoch"],
-                {"end": row["end_time"], "kind": row["kind"], "frontiers": {}, "notes": {}, "ids": {}},
-            )
-            entry["frontiers"][row["source"]] = row["frontier"]
-            if row["note"]:
-                entry["notes"][row["source"]] = row["note"]
-            if row.get("table_id"):
-                entry["ids"][row["source"]] = row["table_id"]
-        return [
-            Epoch(key, utc(value["end"]), value["kind"], value["frontiers"], value["notes"], value["ids"])
-            for key, value in sorted(grouped.items())
-        ]
+        return list(self._read().ordered)
 
     def latest(self) -> Epoch | None:
-        epochs = self.epochs()
+        epochs = self._read().ordered
         return epochs[-1] if epochs else None
 
     def get(self, key: str) -> Epoch | None:
-        return next((epoch for epoch in self.epochs() if epoch.key == key), None)
+        return self._read().by_key.get(key)
 
     def window(self, end: datetime, sources: list[Source], now: datetime | None = None) -> Epoch:
         """The epoch ending at `end`, with frontiers for `sources` (created where missing)."""
@@ -166,8 +225,8 @@ class Remap:
 
     def _ensure(self, end: datetime, kind: str, sources: list[Source]) -> Epoch:
         key = epoch_key(end)
-        epochs = self.epochs()
-        existing = next((epoch for epoch in epochs if epoch.key == key), None)
+        grouped = self._read()
+        epochs, existing = grouped.ordered, grouped.by_key.get(key)
         missing = [s for s in sources if existing is None or s.name not in existing.frontiers]
         if not missing:
             return existing
@@ -175,13 +234,11 @@ class Remap:
         created_at = datetime.now(timezone.utc)
         records = []
         for source in missing:
-            earlier = [e for e in epochs if e.end < end and source.name in e.frontiers]
-            after = [e.frontiers[source.name] for e in epochs if e.end > end and source.name in e.frontiers]
-            lower = earlier[-1].frontiers[source.name] if earlier else 0
-            upper = after[0] if after else None
+            before, upper = _neighbours(epochs, end, source.name)
+            lower = before.frontiers[source.name] if before is not None else 0
             log = DeltaLog.open(source.path, self.storage_options)
             table_id = log.table_id if log is not None else None
-            was = earlier[-1].table_ids.get(source.name) if earlier else None
+            was = before.table_ids.get(source.name) if before is not None else None
             recreated = was is not None and table_id is not None and table_id != was
             if recreated:  # a new table at the path: its versions count from 0 again
                 lower, upper = 0, None
@@ -207,15 +264,14 @@ class Remap:
                 }
             )
         self.table.insert_if_absent(records)
-        epoch = self.get(key)
+        grouped = self._read()
+        epoch = grouped.by_key.get(key)
         assert epoch is not None
+        paths = grouped.entries[key]["paths"]
         for source in sources:
-            stored = next(
-                row for row in self.table.read() if row["epoch"] == key and row["source"] == source.name
-            )
-            if stored["path"] != source.path:
+            if paths[source.name] != source.path:
                 raise ReclockError(
-                    f"source {source.name!r} is recorded in the remap at {stored['path']} but is "
+                    f"source {source.name!r} is recorded in the remap at {paths[source.name]} but is "
                     f"declared at {source.path}; a source cannot move between epochs"
                 )
         return epoch
