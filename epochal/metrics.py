@@ -39,6 +39,11 @@ class Meter:
         # whose seconds are far above these waits outside Spark's jobs (planning, Python, commits)
         self.job_seconds: float | None = None
         self.task_seconds: float | None = None
+        # of the tasks' run time, on a core and in the JVM's collector: run time that is neither
+        # waited for a core or the disk, which a shared machine's load lengthens as it does the
+        # seconds, where CPU time moves only with the work
+        self.task_cpu_seconds: float | None = None
+        self.task_gc_seconds: float | None = None
         self.job_names: list[str] = []  # in the report's detail with EPOCHAL_JOB_NAMES=1 (diagnosis)
 
     def note_read(self, kind: str, name: str, versions) -> None:
@@ -48,8 +53,8 @@ class Meter:
         """Count the jobs run in the group so far, and their input bytes."""
         context = _context(spark)
         if context is not None:
-            self.jobs, self.bytes_scanned, self.job_names, self.job_seconds, self.task_seconds = \
-                _jobs_and_bytes(context, self.group)
+            (self.jobs, self.bytes_scanned, self.job_names, self.job_seconds, self.task_seconds,
+             self.task_cpu_seconds, self.task_gc_seconds) = _jobs_and_bytes(context, self.group)
 
     def as_dict(self) -> dict:
         names = {"spark_job_names": self.job_names} if os.environ.get("EPOCHAL_JOB_NAMES") else {}
@@ -59,6 +64,8 @@ class Meter:
             "bytes_scanned": self.bytes_scanned,
             "spark_job_seconds": self.job_seconds,
             "task_seconds": self.task_seconds,
+            "task_cpu_seconds": self.task_cpu_seconds,
+            "task_gc_seconds": self.task_gc_seconds,
             "delta_commits": self.commits,
             "driver_commits": self.driver_commits,
             "change_reads": sum(n for key, n in self.reads.items() if key[0] == "changes"),
@@ -112,11 +119,12 @@ def scheduler_pool(spark, pool: str):
     return _thread_property(spark, SCHEDULER_POOL, pool)
 
 
-def _jobs_and_bytes(context, group: str) -> tuple[int, int | None, list[str], float | None, float | None]:
+def _jobs_and_bytes(context, group: str) -> tuple[int, int | None, list[str], float | None, float | None,
+                                                 float | None, float | None]:
     ids = context.statusTracker().getJobIdsForGroup(group)
     try:
         store = context._jsc.sc().statusStore()
-        total, names, job_ms, task_ms = 0, [], 0, 0
+        total, names, job_ms, task_ms, cpu_ns, gc_ms = 0, [], 0, 0, 0, 0
         for job in sorted(ids):
             data = store.job(job)
             ms = 0
@@ -132,8 +140,11 @@ def _jobs_and_bytes(context, group: str) -> tuple[int, int | None, list[str], fl
                 ran += 1
                 total += stage.inputBytes()
                 job_task_ms += stage.executorRunTime()
+                cpu_ns += stage.executorCpuTime()
+                gc_ms += stage.jvmGcTime()
             task_ms += job_task_ms
             names.append(f"{data.name()} [{ms} ms, {ran} stages, {job_task_ms} ms in tasks]")
-        return len(ids), total, names, round(job_ms / 1000, 3), round(task_ms / 1000, 3)
+        return (len(ids), total, names, round(job_ms / 1000, 3), round(task_ms / 1000, 3), round(cpu_ns / 1e9, 3),
+                round(gc_ms / 1000, 3))
     except Exception:  # noqa: BLE001 - the status store is Spark's internal API: count jobs without it
-        return len(ids), None, [], None, None
+        return len(ids), None, [], None, None, None, None
