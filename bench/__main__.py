@@ -273,8 +273,8 @@ def recompute_table(engine, name: str, root: str, versions: dict[str, int] | Non
     steps run theirs (so tables recomputed at once share the cores as steps do). `seconds` times
     the write (its jobs), as the benchmark always has; `frame_seconds` the building of its frame
     before it (Delta's snapshots of the inputs at their versions, which a rescan's compute phase
-    includes); `spark_jobs` and `task_seconds` the write's jobs, as a step's report counts its own,
-    so a rescan's work can be told from the machine's noise. The SQL reads its inputs at the
+    includes); `spark_jobs`, `task_seconds` and their CPU and collector's seconds the write's jobs,
+    as a step's report counts its own, so a rescan's work can be told from the machine's noise. The SQL reads its inputs at the
     versions of the table's last epoch, or at `versions` (per source: a recompute before the
     epoch that reads them)."""
     from epochal.metrics import Meter, metered, scheduler_pool
@@ -286,7 +286,8 @@ def recompute_table(engine, name: str, root: str, versions: dict[str, int] | Non
                             .save(f"{root}/_recompute/{name}"))
     meter.count_jobs(engine.spark)
     return dict(seconds=round(seconds, 3), frame_seconds=round(frame_seconds, 3), spark_jobs=meter.jobs,
-                task_seconds=meter.task_seconds)
+                task_seconds=meter.task_seconds, task_cpu_seconds=meter.task_cpu_seconds,
+                task_gc_seconds=meter.task_gc_seconds)
 
 
 def _recompute_frame(engine, name: str, versions: dict[str, int] | None):
@@ -916,6 +917,10 @@ def _bracket_words(sweep: list[dict]) -> str:
             f"past {TOLERATED_SWEEP:g}x for {noise['spread_over_tolerance']} of {noise['tables']} tables")
 
 
+def _pair(table: dict, key: str) -> str:
+    return f"{_format((table.get('cost') or {}).get(key))} / {_format((table.get('recompute_cost') or {}).get(key))}"
+
+
 def _sides(table: dict) -> str:
     if "recompute_before_seconds" not in table:
         return ""
@@ -989,7 +994,8 @@ def report_markdown(arguments, runs: list[dict], sweep: list[dict], started: str
                              f"{_format(e.get('sources_warmed_seconds'))} | "
                              f"{_format(e.get('settled', {}).get('incremental', {}).get('pending_write_megabytes'), 1)} |")
         lines += ["", "| fraction | epoch | table | technique | step s | recompute s | recompute before / after s "
-                      "| speedup | step tasks s | recompute tasks s | recompute frame s (untimed) |",
+                      "| speedup | step / recompute tasks s | step / recompute tasks' CPU s | recompute frame s "
+                      "(untimed) |",
                   "|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|"]
         for run in sweep:
             for e in run["epochs"]:
@@ -998,8 +1004,8 @@ def report_markdown(arguments, runs: list[dict], sweep: list[dict], started: str
                     reason = f" ({str(t['reason']).split(':')[0]})" if t.get("reason") else ""
                     lines.append(f"| {run['fraction'] * 100:g}% | {e['index']} | {name} | {t['technique']}{reason} | "
                                  f"{_format(t['incremental_seconds'])} | {_format(t['recompute_seconds'])} | "
-                                 f"{_sides(t)} | {_format(speedup, 1)} | {_format((t.get('cost') or {}).get('task_seconds'))} | "
-                                 f"{_format((t.get('recompute_cost') or {}).get('task_seconds'))} | "
+                                 f"{_sides(t)} | {_format(speedup, 1)} | {_pair(t, 'task_seconds')} | "
+                                 f"{_pair(t, 'task_cpu_seconds')} | "
                                  f"{_format((t.get('recompute_cost') or {}).get('frame_seconds'))} |")
         lines.append("")
     return "\n".join(lines)
