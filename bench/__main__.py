@@ -274,9 +274,9 @@ def recompute_table(engine, name: str, root: str, versions: dict[str, int] | Non
     the write (its jobs), as the benchmark always has; `frame_seconds` the building of its frame
     before it (Delta's snapshots of the inputs at their versions, which a rescan's compute phase
     includes); `spark_jobs`, `task_seconds` and their CPU and collector's seconds the write's jobs,
-    as a step's report counts its own, so a rescan's work can be told from the machine's noise. The SQL reads its inputs at the
-    versions of the table's last epoch, or at `versions` (per source: a recompute before the
-    epoch that reads them)."""
+    as a step's report counts its own, so a rescan's work can be told from the machine's noise.
+    The SQL reads its inputs at the versions of the table's last epoch, or at `versions` (per
+    source: a recompute before the epoch that reads them)."""
     from epochal.metrics import Meter, metered, scheduler_pool
 
     meter = Meter()

@@ -39,9 +39,9 @@ class Meter:
         # whose seconds are far above these waits outside Spark's jobs (planning, Python, commits)
         self.job_seconds: float | None = None
         self.task_seconds: float | None = None
-        # of the tasks' run time, on a core and in the JVM's collector: run time that is neither
-        # waited for a core or the disk, which a shared machine's load lengthens as it does the
-        # seconds, where CPU time moves only with the work
+        # the part of the tasks' run time spent on a core, and in the JVM's collector: a shared
+        # machine's load lengthens run time (tasks waiting for a core or the disk), where CPU
+        # time moves with the work alone
         self.task_cpu_seconds: float | None = None
         self.task_gc_seconds: float | None = None
         self.job_names: list[str] = []  # in the report's detail with EPOCHAL_JOB_NAMES=1 (diagnosis)
