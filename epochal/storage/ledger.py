@@ -11,14 +11,13 @@ version its ledger records for the same epoch.
 from __future__ import annotations
 
 import json
-import operator
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 import pyarrow as pa
 
-from .metastore import RecordTable
+from .metastore import RecordTable, extends
 
 LEDGER_SCHEMA = pa.schema(
     [
@@ -109,7 +108,7 @@ class Ledger:
         records = self.table.read()
         with self._parsing:
             seen, ordered = self._parsed
-            if len(records) < len(seen) or not all(map(operator.is_, records, seen)):
+            if not extends(records, seen):
                 seen, ordered = [], []
             if len(records) > len(seen):
                 ordered = sorted(ordered + [Step.from_record(row) for row in records[len(seen):]],

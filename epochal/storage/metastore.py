@@ -10,6 +10,7 @@ Every commit holds the table's commit lock on a local path (commit_lock.py).
 
 from __future__ import annotations
 
+import operator
 import threading
 import time
 from dataclasses import dataclass, field
@@ -25,6 +26,14 @@ from .commit_lock import commit_lock
 from .deltalog import brought_forward, commit_stamp
 
 CONFLICT_RETRIES = 50
+
+
+def extends(records: list[dict], seen: list[dict]) -> bool:
+    """Whether `records` (a `RecordTable.read`) begins with the very records `seen` (an earlier
+    read): records are only ever added, and a read that found only added files keeps the objects
+    it read before, so what was derived from `seen` holds and only the records after it are new.
+    After a compaction every record is read again (new objects), and this is False."""
+    return len(records) >= len(seen) and all(map(operator.is_, records, seen))
 
 
 def _literal(value: Any) -> str:

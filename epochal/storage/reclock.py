@@ -14,7 +14,6 @@ versions from 0 again, so its frontier starts again from 0 (docs/architecture.md
 
 from __future__ import annotations
 
-import operator
 import threading
 import uuid
 from dataclasses import dataclass, field
@@ -26,7 +25,7 @@ import pyarrow as pa
 from ..errors import EpochalError
 from .clock import CommitClock, LogicalClock, utc
 from .deltalog import DeltaLog
-from .metastore import RecordTable
+from .metastore import RecordTable, extends
 
 UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
@@ -130,7 +129,7 @@ def _grouped(rows: list[dict], before: _Grouped) -> _Grouped:
     `before` grouped (the same objects: a read that found only added files), only the records
     after them are grouped, into new entries for the epochs they touch (an Epoch handed out
     keeps its own); otherwise (a compaction re-read every record) all are."""
-    if len(rows) < len(before.rows) or not all(map(operator.is_, rows, before.rows)):
+    if not extends(rows, before.rows):
         before = NOTHING_GROUPED
     entries, fresh = dict(before.entries), set()
     for row in rows[len(before.rows):]:
