@@ -6,6 +6,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from epochal import reasons
 from epochal.protocol import cost
@@ -336,3 +338,65 @@ def test_an_incremental_step_since_the_large_diff_ends_the_replaces():
     assert not cost.replaces(history)
     # a step whose change consolidated away computed nothing, and does not end them
     assert cost.replaces(history[:-1] + [step("incremental", 0.2, 0, computed=False)])
+
+
+def _unreadable(made: Step) -> Step:
+    """`made` as a ledger record whose JSON columns would fail to parse: a step the model must
+    not look into."""
+    record = made.to_record()
+    record.update(inputs="{unreadable", state_versions="{unreadable", detail="{unreadable")
+    return Step.from_record(record)
+
+
+def test_a_long_ledger_is_weighed_from_its_newest_steps_without_parsing_the_rest():
+    """A table refreshed hourly holds 17,520 records after a year; the model weighs its last few
+    steps, so the older records' JSON is never parsed (ledger._JsonText)."""
+    both = frozenset({"orders", "lineitem"})
+    recent = [read("rescan", 4.0, 1000, 1100) for _ in range(cost.RESCAN_SEEN)]
+    recent += [read("incremental", 0.5, 100, 110 + n) for n in range(cost.INCREMENTAL_SEEN)]
+    for made in recent:
+        made.inputs = {name: {"from": 1, "to": 2} for name in both}
+    old = [_unreadable(read("incremental", 9.0, 100, 500)) for _ in range(2_000)]
+    assert cost.estimate(old + recent, 120) == cost.estimate(recent, 120)
+    assert cost.shares(old + recent, both) == cost.shares(recent, both)
+    assert cost.replaces(old + recent) == cost.replaces(recent) is False
+    with pytest.raises(ValueError):
+        old[0].detail  # noqa: B018 (what the model did not do)
+
+
+def _reference_shares(history: list, changed: frozenset[str] | None = None) -> list[float]:
+    """`cost.shares` as its docstring defines it, over every step."""
+    found = []
+    for s in history:
+        logged, estimate = s.detail.get("logged_rows"), s.detail.get("estimate") or {}
+        if not logged or "phases" not in s.detail:
+            continue
+        if s.technique == "incremental":
+            found.append((cost.changed_inputs(s), s.rows_read / logged))
+        elif s.technique == "rescan" and "rows" in estimate and not estimate.get("unread"):
+            found.append((cost.changed_inputs(s), estimate["rows"] / logged))
+    alike = [share for inputs, share in found if inputs == changed]
+    return (alike or [share for _, share in found])[-cost.INCREMENTAL_SEEN:]
+
+
+_SOURCES = ("orders", "lineitem", "part")
+
+
+@st.composite
+def _histories(draw) -> list[Step]:
+    history = []
+    for _ in range(draw(st.integers(0, 14))):
+        technique = draw(st.sampled_from(["incremental", "rescan", "noop"]))
+        made = read(technique if technique != "noop" else "incremental", 1.0, draw(st.integers(0, 50)),
+                    draw(st.integers(0, 60)), unread=draw(st.booleans()))
+        made.technique = technique
+        changed = draw(st.sets(st.sampled_from(_SOURCES)))
+        made.inputs = {name: {"from": 1, "to": 2 if name in changed else 1} for name in _SOURCES}
+        history.append(made)
+    return history
+
+
+@given(history=_histories(), changed=st.none() | st.sets(st.sampled_from(_SOURCES)).map(frozenset))
+@settings(max_examples=200, deadline=None)
+def test_shares_searched_from_the_newest_step_back_are_those_over_every_step(history, changed):
+    assert cost.shares(history, changed) == _reference_shares(history, changed)

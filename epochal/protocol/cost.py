@@ -194,12 +194,29 @@ def estimate(history: list, rows: int, spark_path: bool | None = None, driver_ro
     Spark's), it is estimated from the steps of its path (above; `driver_rows` tells the path of
     steps recorded without it). `read`: whether the step has read its change (else `rows` is
     expected, and the step weighs whether to read it)."""
-    working = [s for s in history if _computed(s) or s.technique == "rescan"]
-    found = _estimate(working, rows, spark_path, driver_rows)
-    recent = working[-EXPLORE_AFTER:]
+    found = _estimate(history, rows, spark_path, driver_rows)
+    recent = _last(history, _working, EXPLORE_AFTER)
     if len(recent) == EXPLORE_AFTER and all(_for_cost(s) for s in recent) and explores(found, spark_path, read):
         return None
     return found
+
+
+def _working(step) -> bool:
+    """Whether `step` tells what a step costs: an incremental step that computed a change, or a rescan."""
+    return step.technique == "rescan" or _computed(step)
+
+
+def _last(history: list, wanted, count: int) -> list:
+    """The last `count` steps of `history` that are `wanted`, oldest first. Searched from the newest
+    back, so that a long ledger's old records, which the model never weighs, are not parsed
+    (ledger._JsonText): a year of hourly steps is 17,520 records."""
+    found = []
+    for step in reversed(history):
+        if len(found) == count:
+            break
+        if wanted(step):
+            found.append(step)
+    return found[::-1]
 
 
 def explores(found: Estimate | None, spark_path: bool | None, read: bool) -> bool:
@@ -217,13 +234,13 @@ def explores(found: Estimate | None, spark_path: bool | None, read: bool) -> boo
     return found.path_measured and found.incremental <= EARLY * found.rescan
 
 
-def _estimate(working: list, rows: int, spark_path: bool | None, driver_rows: int) -> Estimate | None:
-    computed = [s for s in working if _computed(s)]
+def _estimate(history: list, rows: int, spark_path: bool | None, driver_rows: int) -> Estimate | None:
+    computed = _last(history, _computed, INCREMENTAL_SEEN)
     on_path = computed if spark_path is None else \
-        [s for s in computed if on_spark_path(s, driver_rows) == spark_path]
-    incremental = (on_path or computed)[-INCREMENTAL_SEEN:]
-    for_cost = [s for s in working if s.technique == "rescan" and s.reason.startswith(COST)][-RESCAN_SEEN:]
-    rescans = for_cost or [s for s in working if s.technique == "rescan"][-RESCAN_SEEN:]
+        _last(history, lambda s: _computed(s) and on_spark_path(s, driver_rows) == spark_path, INCREMENTAL_SEEN)
+    incremental = on_path or computed
+    for_cost = _last(history, lambda s: s.technique == "rescan" and s.reason.startswith(COST), RESCAN_SEEN)
+    rescans = for_cost or _last(history, lambda s: s.technique == "rescan", RESCAN_SEEN)
     if spark_path and not computed and rescans:  # no incremental step measured on any path
         output = statistics.median(_rescan_seconds(s, keeps_state=False) for s in rescans)
         return Estimate(SPARK_PATH_UNMEASURED * output, output, 0, len(rescans), rows, bool(for_cost),
@@ -279,18 +296,26 @@ def shares(history: list, changed: frozenset[str] | None = None) -> list[float]:
     steps that changed the same inputs, where there are any: a table filters each input's rows
     differently, so a change of the line items alone (an update of a column no table reads, at a
     share of 0) says little of one of the orders and their line items."""
-    found = []
-    for s in history:
+    found, alike = [], []  # newest first, searched back until INCREMENTAL_SEEN alike (`_last`)
+    for s in reversed(history):
+        if len(alike) == INCREMENTAL_SEEN or (changed is None and len(found) == INCREMENTAL_SEEN):
+            break
+        if s.technique not in ("incremental", "rescan"):
+            continue
         detail = s.detail or {}
         logged, estimate = detail.get("logged_rows"), detail.get("estimate") or {}
         if not logged or "phases" not in detail:
             continue
         if s.technique == "incremental":
-            found.append((changed_inputs(s), s.rows_read / logged))
-        elif s.technique == "rescan" and "rows" in estimate and not estimate.get("unread"):
-            found.append((changed_inputs(s), estimate["rows"] / logged))
-    alike = [share for inputs, share in found if inputs == changed]
-    return (alike or [share for _, share in found])[-INCREMENTAL_SEEN:]
+            share = s.rows_read / logged
+        elif "rows" in estimate and not estimate.get("unread"):
+            share = estimate["rows"] / logged
+        else:
+            continue
+        found.append(share)
+        if changed is not None and changed_inputs(s) == changed:
+            alike.append(share)
+    return (alike or found)[:INCREMENTAL_SEEN][::-1]
 
 
 def expected_rows(recent: list[float], logged: int) -> int | None:
@@ -348,7 +373,7 @@ def replaces(history: list) -> bool:
     SOURCE_REWRITTEN. An incremental step in between (the table's changes became small) ends the
     run: the next rescan diffs."""
     since = 0
-    for step in reversed([s for s in history if _computed(s) or s.technique == "rescan"]):
+    for step in (s for s in reversed(history) if _working(s)):
         detail = step.detail or {}
         if step.technique != "rescan":
             return False

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from functools import partial
 
@@ -317,8 +317,8 @@ def _execute_with_retries(env: Environment, table, epoch: Epoch, step: Step, beg
             detail = {k: v for k, v in step.detail.items() if k != "state"}
             if isinstance(problem, reasons.Costly) and not problem.keep_state and rescan.stateful_nodes(table.compiled.plan):
                 detail["state"] = reasons.STATE_NOT_KEPT  # only the output is rescanned; see _weigh
-            fresh = Step(**{**step.__dict__, "seq": table.ledger.next_seq(), "technique": RESCAN, "reason": reason,
-                            "detail": {**detail, **getattr(problem, "detail", {})}})
+            fresh = replace(step, seq=table.ledger.next_seq(), technique=RESCAN, reason=reason,
+                            detail={**detail, **getattr(problem, "detail", {})})
             table.ledger.record(fresh)
             step = fresh
         except conflicts as conflict:
@@ -395,11 +395,11 @@ def _compute_and_write_metered(env: Environment, table, step: Step, began: float
         else:
             rows_read = 0
             refused = nullcontext
-            replace = cost.replaces(history) and not env.readers(table.name)
-            if replace:
+            replacing = cost.replaces(history) and not env.readers(table.name)
+            if replacing:
                 step.detail["replaced"] = "the table's last rescans changed a large share of its rows (cost.replaces)"
             change, base, full, diff = rescan_change(env, table, inputs, ctx, keep_state=_keeps_state(step),
-                                                     replace=replace)
+                                                     replace=replacing)
         with refused():
             change = change.persist() if made(change) else change
             if diff is not None:
@@ -512,21 +512,20 @@ def _commit(table, step: Step, env: Environment, phases: Phases, began: float, m
     state_rows = sum(row_count(f"{table.state_root}/{name}", version, env.storage_options)
                      for name, version in state_versions.items())
     phases.mark("figures")  # the step's Spark jobs counted, its state's rows read
-    committed = Step(**{
-        **step.__dict__,
-        "status": COMMITTED,
-        "output_version": step.output_version if output_version is None else output_version,
-        "state_versions": state_versions,
-        "rows_read": rows_read,
-        "rows_inserted": inserted,
-        "rows_deleted": deleted,
-        "state_rows": state_rows,
-        "seconds": round(time.monotonic() - began, 3),
-        "detail": {**step.detail, "phases": phases.seconds,
-                   **({"cost": meter.as_dict()} if meter is not None else {})},
-        "written_at": None,
-        "run_id": env.run_id,
-    })
+    committed = replace(
+        step,
+        status=COMMITTED,
+        output_version=step.output_version if output_version is None else output_version,
+        state_versions=state_versions,
+        rows_read=rows_read,
+        rows_inserted=inserted,
+        rows_deleted=deleted,
+        state_rows=state_rows,
+        seconds=round(time.monotonic() - began, 3),
+        detail={**step.detail, "phases": phases.seconds, **({"cost": meter.as_dict()} if meter is not None else {})},
+        written_at=None,
+        run_id=env.run_id,
+    )
     faults.point("before_commit", table.name)
     _, stored = table.ledger.record(committed)
     return _report(table, stored, time.monotonic() - began)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 
 import pyarrow as pa
@@ -46,6 +46,37 @@ STARTED, COMMITTED, ABANDONED = "started", "committed", "abandoned"
 NOOP, INCREMENTAL, RESCAN = "noop", "incremental", "rescan"  # a step's technique
 
 
+class _JsonText:
+    """A dict field of a Step kept as the JSON text its record holds until first used. A ledger is
+    never trimmed and a process reads it whole, but a step looks into a few of its records (the
+    last one, the cost model's recent steps): parsing every record's JSON was most of a year's
+    ledger's first read in a process (bench/RESULTS.md, a table's ledger as it grows)."""
+
+    def __set_name__(self, owner, name):
+        self.slot = "_" + name
+
+    def __get__(self, step, owner=None):
+        if step is None:
+            return None  # the dataclass's default: __set__ makes it an empty dict
+        value = step.__dict__[self.slot]
+        if isinstance(value, str):
+            value = json.loads(value)
+            step.__dict__[self.slot] = value
+        return value
+
+    def __set__(self, step, value):
+        step.__dict__[self.slot] = {} if value is None or value == "" else value
+
+    def text(self, step) -> str:
+        value = step.__dict__[self.slot]
+        return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+
+    def copy(self, step, fresh) -> None:
+        """`step`'s value into `fresh`: the text as it is, a dict copied."""
+        value = step.__dict__[self.slot]
+        fresh.__dict__[self.slot] = value if isinstance(value, str) else dict(value)
+
+
 @dataclass
 class Step:
     """One ledger record. `inputs` maps each input to {"from": v, "to": v}: the versions read as
@@ -58,22 +89,22 @@ class Step:
     technique: str
     reason: str = ""
     fingerprint: str = ""
-    inputs: dict = field(default_factory=dict)
+    inputs: dict = _JsonText()
     output_version: int = -1
-    state_versions: dict = field(default_factory=dict)
+    state_versions: dict = _JsonText()
     rows_read: int = 0
     rows_inserted: int = 0
     rows_deleted: int = 0
     state_rows: int = 0
     seconds: float = 0.0
-    detail: dict = field(default_factory=dict)
+    detail: dict = _JsonText()
     written_at: datetime | None = None
     run_id: str = ""
 
     def to_record(self) -> dict:
-        record = {name: getattr(self, name) for name in LEDGER_SCHEMA.names}
-        for name in ("inputs", "state_versions", "detail"):
-            record[name] = json.dumps(record[name], sort_keys=True, default=str)
+        record = {name: getattr(self, name) for name in LEDGER_SCHEMA.names if name not in _JSON_FIELDS}
+        for name in _JSON_FIELDS:
+            record[name] = vars(Step)[name].text(self)
         record["written_at"] = self.written_at or datetime.now(timezone.utc)
         return record
 
@@ -82,15 +113,17 @@ class Step:
         out the steps it parsed once to every caller)."""
         fresh = object.__new__(Step)
         fresh.__dict__.update(self.__dict__)
-        fresh.inputs, fresh.state_versions, fresh.detail = dict(self.inputs), dict(self.state_versions), dict(self.detail)
+        for name in _JSON_FIELDS:
+            vars(Step)[name].copy(self, fresh)
         return fresh
 
     @staticmethod
     def from_record(record: dict) -> "Step":
-        values = dict(record)
-        for name in ("inputs", "state_versions", "detail"):
-            values[name] = json.loads(values[name] or "{}")
-        return Step(**values)
+        """The step of a ledger record; its JSON columns are parsed when first used (`_JsonText`)."""
+        return Step(**record)
+
+
+_JSON_FIELDS = ("inputs", "state_versions", "detail")
 
 
 class Ledger:
