@@ -18,7 +18,12 @@ interleaved, in one process, on a warehouse a benchmark left (its tables refresh
     .venv/bin/python -m bench.rescan_phases --scale 0.1 --local-rows 5000 10000 25000
 
 Each variant runs `--repeat` times in turn (the first repetition warms the process); the table
-prints the median of the others. With `--at-once N`, N tables run each variant at once, in
+prints the median of the others, as wall seconds and the tasks' CPU seconds (the work: a rescan
+slower than its recompute by the machine's noise shows in the first only). `--variants` runs only
+the named ones:
+
+    .venv/bin/python -m bench.rescan_phases /tmp/epochal-bench/run-10-0.1 --queries 1 5 13 --repeat 3 \
+        --variants recompute spark+limit local+limit With `--at-once N`, N tables run each variant at once, in
 threads (as the benchmark runs N steps, and N recomputes, beside each other), each timed alone:
 
     .venv/bin/python -m bench.rescan_phases --scale 0.1 --queries 3 9 20 12 --at-once 2
@@ -28,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from bench.refreshed import add_arguments, last_inputs, open_warehouse, seconds_of
@@ -38,6 +44,7 @@ def main(argv=None) -> None:
     add_arguments(parser)
     parser.add_argument("--repeat", type=int, default=4)
     parser.add_argument("--at-once", type=int, default=1, help="tables running each variant at once")
+    parser.add_argument("--variants", nargs="+", help="only these variants (by name, e.g. recompute spark+limit)")
     parser.add_argument("--local-rows", type=int, nargs="*", default=[10_000, 50_000],
                         help="also the rescan's frame with local relations only for inputs of at most this many rows")
     arguments = parser.parse_args(argv)
@@ -45,6 +52,7 @@ def main(argv=None) -> None:
     from epochal.changes import rows_up_to
     from epochal.engine import output_frame
     from epochal.keyed.shared_reads import SharedReads
+    from epochal.metrics import Meter, metered, scheduler_pool
     from epochal.protocol.writes import written_on_driver
 
     spark, engine, root, names = open_warehouse(arguments, "rescan-phases")
@@ -78,9 +86,18 @@ def main(argv=None) -> None:
                 output_frame(spark, table, inputs, "after", shared(rows)), limit)) for rows in arguments.local_rows},
         }
 
-    kinds = list(variants(names[0]))
-    print(f"{'table':<10}" + "".join(f"{k:>15}" for k in kinds), flush=True)
-    totals = {k: 0.0 for k in kinds}
+    kinds = [k for k in variants(names[0]) if not arguments.variants or k in arguments.variants]
+
+    def timed(run) -> tuple[float, float]:
+        """Wall seconds and the tasks' CPU seconds (the work, which a loaded machine does not lengthen)."""
+        meter = Meter()
+        with scheduler_pool(spark, threading.current_thread().name), metered(spark, meter):
+            wall = seconds_of(run)
+        meter.count_jobs(spark)
+        return wall, meter.task_cpu_seconds or 0.0
+
+    print(f"{'table':<10}" + "".join(f"{k:>24}" for k in kinds) + "   (wall s / tasks' CPU s)", flush=True)
+    totals = {k: [0.0, 0.0] for k in kinds}
     with ThreadPoolExecutor(arguments.at_once) as pool:
         for start in range(0, len(names), arguments.at_once):
             together = names[start:start + arguments.at_once]
@@ -88,15 +105,17 @@ def main(argv=None) -> None:
             seconds = {name: {k: [] for k in kinds} for name in together}
             for _ in range(arguments.repeat):
                 for kind in kinds:
-                    took = pool.map(lambda name: seconds_of(runs[name][kind]), together)
+                    took = pool.map(lambda name: timed(runs[name][kind]), together)
                     for name, elapsed in zip(together, took):
                         seconds[name][kind].append(elapsed)
             for name in together:
-                medians = {k: statistics.median(v[1:] or v) for k, v in seconds[name].items()}
+                medians = {k: [statistics.median(x[i] for x in (v[1:] or v)) for i in (0, 1)]
+                           for k, v in seconds[name].items()}
                 for k in kinds:
-                    totals[k] += medians[k]
-                print(f"{name:<10}" + "".join(f"{medians[k]:>15.2f}" for k in kinds), flush=True)
-    print(f"{'all':<10}" + "".join(f"{totals[k]:>15.2f}" for k in kinds))
+                    totals[k] = [totals[k][0] + medians[k][0], totals[k][1] + medians[k][1]]
+                print(f"{name:<10}" + "".join(f"{medians[k][0]:>15.2f} /{medians[k][1]:>7.1f}" for k in kinds),
+                      flush=True)
+    print(f"{'all':<10}" + "".join(f"{totals[k][0]:>15.2f} /{totals[k][1]:>7.1f}" for k in kinds))
 
 if __name__ == "__main__":
     main()
