@@ -582,8 +582,8 @@ def _driver_target(label: str, peaks: dict | None) -> list[str]:
         return []
     value, sampled = max(found)
     how = "sampled at one moment" if sampled else "each process's own peak summed, an upper bound"
-    return [f"- Driver within 12 GB, Python and JVM together, {label}: peak {value:.2f} GB ({how}): "
-            f"{_met(value <= 12)}."]
+    return [f"- Driver within 12 GiB, Python and JVM together, {label}: peak {value:.2f} GiB "
+            f"({value * (1 << 30) / 1e9:.2f} GB; {how}): {_met(value <= 12)}."]
 
 
 def _first_epoch(engine, reports) -> dict:
@@ -834,11 +834,11 @@ def _peak_line(run: dict) -> list[str]:
     if not peak:
         return []
     if "python" in peak:  # results written before peaks were taken per phase
-        return [f"Driver peak resident memory after this scale (VmHWM): Python {_format(peak.get('python'))} GB, "
-                f"Spark's JVM {_format(peak.get('jvm'))} GB.", ""]
+        return [f"Driver peak resident memory after this scale (VmHWM): Python {_format(peak.get('python'))} GiB, "
+                f"Spark's JVM {_format(peak.get('jvm'))} GiB.", ""]
     lines = ["Driver peak resident memory per phase (VmHWM, started over at each phase, so it includes what "
              "the processes held going into it; together: their sum sampled at one moment, or where marked the "
-             "sum of the two peaks, an upper bound):", "", "| phase | Python GB | Spark's JVM GB | together GB |",
+             "sum of the two peaks, an upper bound):", "", "| phase | Python GiB | Spark's JVM GiB | together GiB |",
              "|---|---:|---:|---:|"]
     for phase, each in peak.items():
         together, sampled = _together(each)
