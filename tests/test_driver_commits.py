@@ -234,6 +234,16 @@ def test_a_replacing_write_on_the_driver_makes_the_table_spark_would(spark, tmp_
     assert replace_contents(bigger.drop("t"), by_driver, "test/replace", 4, "tag", driver_rows=10)  # new schema
     assert as_multiset(spark.read.format("delta").load(by_driver)) == as_multiset(bigger.drop("t"))
     assert not replace_contents(bigger, f"{tmp_path}/over", "test/replace", 1, "tag", driver_rows=5)  # too many
+    # the rows the table held decide the way: past the limit Spark's write, whatever the result's size ...
+    assert not replace_contents(frame, by_driver, "test/replace", 5, "tag", driver_rows=10, expected_rows=11)
+    assert as_multiset(spark.read.format("delta").load(by_driver)) == as_multiset(frame)
+    restored = DeltaTable(by_driver).version()  # the change feed does not cross the schema changes before it
+    # ... within it a collect, and Spark's write after all when the result outgrew the limit
+    assert replace_contents(frame, by_driver, "test/replace", 6, "tag", driver_rows=10, expected_rows=len(INITIAL))
+    assert not replace_contents(bigger, by_driver, "test/replace", 7, "tag", driver_rows=len(INITIAL),
+                                expected_rows=len(INITIAL))
+    assert as_multiset(spark.read.format("delta").load(by_driver)) == as_multiset(bigger)
+    assert not feed_problems(by_driver, spark, first=restored + 1)
 
 
 def test_a_nan_matches_every_nan_as_spark_compares_them(spark, tmp_path):

@@ -36,7 +36,7 @@ from ..changes import InputRange
 from ..errors import EpochalError, EpochError, StateInconsistent, StrictModeError
 from ..keyed.state import StateMissing, StateStore
 from ..metrics import Meter, metered
-from ..storage.deltalog import DeltaLog
+from ..storage.deltalog import DeltaLog, row_count
 from ..storage.ledger import ABANDONED, COMMITTED, INCREMENTAL, NOOP, RESCAN, STARTED, Step
 from ..storage.reclock import Epoch
 from . import cost, rescan
@@ -49,7 +49,6 @@ from .output import (
     figures_and_checks,
     figures_on_driver,
     replace_output,
-    row_count,
     write_output,
     write_states,
 )

@@ -12,7 +12,6 @@ from functools import reduce
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake.exceptions import DeltaError, TableNotFoundError
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -25,7 +24,7 @@ from ..keyed.state import StateStore
 from ..metrics import Meter
 from ..storage import commits as driver_commits
 from ..storage.commits import OP
-from ..storage.deltalog import DeltaLog, TableFiles, opened
+from ..storage.deltalog import DeltaLog, TableFiles, row_count
 from ..storage.ledger import INCREMENTAL, RESCAN, Step
 from .environment import Environment
 from .writes import (
@@ -267,9 +266,11 @@ def replace_output(env: Environment, table, step: Step, full: DataFrame) -> tupl
     change data feed on; Delta makes every column nullable) or an overwrite when its schema
     changed; on the driver when small (writes.replace). Returns the version written, the rows it
     inserted and deleted, and whether it was committed on the driver."""
-    _, since, app, tag = _output_target(env, table, step)
+    previous, since, app, tag = _output_target(env, table, step)
     on_driver = replace_contents(full, table.path, app, step.seq, tag, env.storage_options, env.driver_rows,
-                        change_data_feed=True)
+                                 change_data_feed=True,
+                                 expected_rows=row_count(table.path, previous, env.storage_options)
+                                 if previous >= 0 else None)
     written = version_written(table.path, table.name, step.seq, "output", since, env.storage_options)
     if written is None:
         raise EpochError(f"table {table.name!r}: the write of step {step.seq} is not in the table's history "
@@ -304,13 +305,3 @@ def write_states(env: Environment, table, step: Step, state: StateStore, writes:
         versions[write.name] = found if found is not None else state.versions.get(write.name, latest)
         faults.point("after_state_merge", table.name)
     return versions
-
-
-def row_count(path: str, version: int, storage_options=None) -> int:
-    """Rows in a state table at a version, from Delta's file statistics (no Spark job)."""
-    if version < 0:
-        return 0
-    try:
-        return opened(path, storage_options, version).count()
-    except (DeltaError, TableNotFoundError):
-        return 0

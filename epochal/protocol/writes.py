@@ -45,7 +45,7 @@ from ..keyed.state import DELETE_FLAG, SEQ, StateStore, StateWrite, latest
 from ..storage import commits as driver_commits
 from ..storage.commit_lock import commit_lock
 from ..storage.commits import OP
-from ..storage.deltalog import DeltaLog
+from ..storage.deltalog import DeltaLog, row_count
 
 TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 TXN_VERSION = "spark.databricks.delta.write.txnVersion"
@@ -237,26 +237,29 @@ def written_on_driver(schema: StructType) -> bool:
 
 
 def replace_contents(frame: DataFrame, path: str, app_id: str, seq: int, tag: str, storage_options=None,
-            driver_rows: int = 0, change_data_feed: bool = False) -> bool:
+            driver_rows: int = 0, change_data_feed: bool = False, expected_rows: int | None = None) -> bool:
     """Write `frame` as the table's whole contents (Spark's overwrite with overwriteSchema), with
     the step's identity and tag. At most `driver_rows` rows whose columns delta-rs writes as
     Spark would (DRIVER_WRITE_TYPES) are collected (one job) and committed by delta-rs: a first
     epoch's output or state of a small table then costs a small commit, not a Spark write's jobs.
-    Returns whether it was committed on the driver."""
-    if driver_rows > 0 and written_on_driver(frame.schema):
-        frame = frame.persist()  # computed once, whichever writes it
-        try:
-            rows = rows_up_to(frame, driver_rows)
-            if rows is not None:
-                driver_commits.replace(path, arrow_as(rows, frame.schema), app_id, seq, tag, storage_options,
-                                       change_data_feed)
-                return True
-            _spark_replace(frame, path, app_id, seq, tag, change_data_feed)
-        finally:
-            frame.unpersist()
+    The frame is cached while collected, so that one past the limit is computed once, by the
+    collect, and written from the cache; `expected_rows` past the limit (the rows the table holds
+    now) skips the collect and the caching. Returns whether it was committed on the driver."""
+    if driver_rows <= 0 or not written_on_driver(frame.schema) or \
+            (expected_rows is not None and expected_rows > driver_rows):
+        _spark_replace(frame, path, app_id, seq, tag, change_data_feed)
         return False
-    _spark_replace(frame, path, app_id, seq, tag, change_data_feed)
-    return False
+    frame = frame.persist()  # computed once, whichever writes it
+    try:
+        rows = rows_up_to(frame, driver_rows)
+        if rows is not None:
+            driver_commits.replace(path, arrow_as(rows, frame.schema), app_id, seq, tag, storage_options,
+                                   change_data_feed)
+            return True
+        _spark_replace(frame, path, app_id, seq, tag, change_data_feed)
+        return False
+    finally:
+        frame.unpersist()
 
 
 def _spark_replace(frame: DataFrame, path: str, app_id: str, seq: int, tag: str, change_data_feed: bool) -> None:
@@ -302,8 +305,10 @@ def write_state(spark, store: StateStore, write: StateWrite, seq: int, app_id: s
         return frame.withColumn(SEQ, F.lit(seq).cast(LongType()))
 
     if write.mode == "overwrite" or DeltaLog.open(path, store.storage_options) is None:
+        held = store.versions.get(write.name)
         return replace_contents(_in_key_order(tagged_rows().filter(~F.col(DELETE_FLAG)), write.keys), path, app_id,
-                                seq, tag, store.storage_options, driver_rows)
+                                seq, tag, store.storage_options, driver_rows,
+                                expected_rows=row_count(path, held, store.storage_options) if held is not None else None)
     if store.due_for_compaction(write.name):
         earlier = spark.read.format("delta").option("versionAsOf", store.versions[write.name]).load(path)
         compacted = latest(earlier.unionByName(tagged_rows()), list(write.keys))

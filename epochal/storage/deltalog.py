@@ -163,6 +163,17 @@ def brought_forward(uri: str, table: DeltaTable, seen: int, stamp: tuple | None,
     return table
 
 
+def row_count(path: str, version: int, storage_options=None) -> int:
+    """Rows in a Delta table at a version, from its file statistics (no Spark job); 0 where it
+    has no such version."""
+    if version < 0:
+        return 0
+    try:
+        return opened(path, storage_options, version).count()
+    except (DeltaError, TableNotFoundError):
+        return 0
+
+
 def opened(uri: str, storage_options: dict[str, str] | None = None, version: int | None = None) -> DeltaTable:
     """delta-rs's table at its latest version (or at `version`), for reading only. A step opens
     the same logs again and again (its inputs, its state, its output), and each open replays the
