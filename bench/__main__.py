@@ -49,6 +49,7 @@ SQL = Path(__file__).resolve().parent.parent / "assets" / "sql"
 RESULTS = Path(__file__).resolve().parent / "results"
 SOURCES = ("region", "nation", "supplier", "customer", "part", "partsupp", "orders", "lineitem")
 LOADED_AT = datetime(2026, 1, 1, tzinfo=timezone.utc)
+STEPWISE = "steps"  # `_epoch`'s bracket: each table's step between two recomputes of its SQL
 
 
 def batch_time(index: int) -> datetime:
@@ -88,6 +89,10 @@ def _arguments(argv=None) -> argparse.Namespace:
                         help="recompute every table on both sides of each incremental epoch (the first at the "
                              "sources' new versions) and judge each step against the mean of the two; the two "
                              "recomputes' difference is reported as the measurement's noise")
+    parser.add_argument("--bracket-steps", action="store_true",
+                        help="with --parallelism 1: run each epoch one table at a time, each table's step refreshed "
+                             "alone between two recomputes of its SQL (the first at the sources' new versions), "
+                             "judged against their mean: drift over the epoch cancels per step")
     parser.add_argument("--work", default=os.environ.get("EPOCHAL_BENCH_WORK", "/tmp/epochal-bench"),
                         help="scratch folder: cached TPC-H loads and the warehouses")
     parser.add_argument("--driver-memory", default="8g",
@@ -121,6 +126,8 @@ def _arguments(argv=None) -> argparse.Namespace:
                              "sources as they are): no load, no first epoch; its change batches go on from the "
                              "last one its sources hold. One scale (the warehouse's); the warehouse is kept")
     arguments = parser.parse_args(argv)
+    if arguments.bracket_steps and arguments.parallelism != 1:
+        parser.error("--bracket-steps runs the tables one at a time: give --parallelism 1")
     if arguments.resume is not None:
         if not (Path(arguments.resume) / "sources" / "lineitem" / "_delta_log").exists():
             parser.error(f"--resume {arguments.resume}: no TPC-H warehouse there (sources/lineitem is not a Delta table)")
@@ -356,7 +363,8 @@ def _epoch(engine, spark, root: str, generator, index: int, queries: list[str], 
     incremental epoch (the first at the sources' new versions) and judged against the mean of the
     two: what drifts over the epoch (the page cache, the JVM's heap, the machine's other load)
     cancels to first order, and the two recomputes' difference, same SQL and same versions, is
-    the measurement's own noise (`recompute_before_seconds`, `recompute_after_seconds`)."""
+    the measurement's own noise (`recompute_before_seconds`, `recompute_after_seconds`). With
+    `bracket` STEPWISE the brackets are each step's instead (`_steps_bracketed`)."""
     before = _versions(spark, root)
     batch = generator.apply_batch(index, batch_time(index))
     warmed = warm(spark, [f"{root}/sources/{s}" for s in SOURCES]) if warm_sources else None
@@ -366,20 +374,31 @@ def _epoch(engine, spark, root: str, generator, index: int, queries: list[str], 
     names = [n for n in engine.tables() if n in queries]
     settled = {}
     bracketed = None
-    if bracket and last_recompute is None:
+    stepwise = bracket == STEPWISE and last_recompute is None
+    if bracket and not stepwise and last_recompute is None:
         if warm_sources:
             settled["recompute before"] = settle(spark)
         bracketed = _recompute_all(engine, names, root, _versions(spark, root))
     if warm_sources:
         settled["incremental"] = settle(spark)
     _reset_peaks(spark)
-    incremental, reports = _timed(lambda: engine.refresh(names, until=until, upstream=False))
+    if stepwise:
+        incremental, reports, sides, recompute_costs, done, served_counts = _steps_bracketed(engine, names, root, until)
+    else:
+        incremental, reports = _timed(lambda: engine.refresh(names, until=until, upstream=False))
+        done, served_counts = engine.arranged, engine.arranged_reads
     incremental_peak = _peak_gigabytes(spark)
     arranged = [dict(input=Path(path).name, key=key, version=version, what=what, seconds=round(seconds, 3))
-                for path, key, version, what, seconds in engine.arranged]
-    served = [dict(input=Path(path).name, key=key, **counts) for (path, key), counts in engine.arranged_reads.items()]
+                for path, key, version, what, seconds in done]
+    served = [dict(input=Path(path).name, key=key, **counts) for (path, key), counts in served_counts.items()]
     copies = next((r.detail["arrangements"]["copies"] for r in reports if "arrangements" in r.detail), {})
-    if last_recompute is None:
+    if stepwise:  # the two sides ran interleaved: one peak, one sum of the tables' means
+        recompute_peak = incremental_peak
+        recomputes = {name: statistics.mean(pair) for name, pair in sides.items()}
+        recompute, measured_at = sum(recomputes.values()), index
+        brackets = dict(recompute_before_seconds=round(sum(p[0] for p in sides.values()), 3),
+                        recompute_after_seconds=round(sum(p[1] for p in sides.values()), 3))
+    elif last_recompute is None:
         if warm_sources:
             settled["recompute"] = settle(spark)
         _reset_peaks(spark)
@@ -418,10 +437,39 @@ def _epoch(engine, spark, root: str, generator, index: int, queries: list[str], 
     changed = {t: batch.counts(t) for t in SOURCES}
     return dict(index=index, floor_seconds=_rounded(floor), floor_driver_seconds=_rounded(floor_driver),
                 incremental_seconds=round(incremental, 3), recompute_seconds=round(recompute, 3),
-                recompute_measured_at=measured_at, **brackets, noop_seconds=_rounded(noop), unread_columns=unread,
+                recompute_measured_at=measured_at, **brackets,
+                **({"bracketed": "step" if stepwise else "epoch"} if brackets else {}),
+                noop_seconds=_rounded(noop), unread_columns=unread,
                 sources_warmed_seconds=_rounded(warmed), settled=settled, source_changes=changed, arranged=arranged,
                 arranged_reads=served, copies=copies,
                 peak_gigabytes=dict(incremental=incremental_peak, recompute=recompute_peak), tables=tables)
+
+
+def _steps_bracketed(engine, names: list[str], root: str, until) -> tuple:
+    """The incremental epoch one table at a time, each table's step (`engine.refresh([table])`)
+    between two recompute-and-overwrites of its SQL, the first at the sources' new versions, the
+    second at the versions the step read: each step is judged against recomputes a step's length
+    away, not an epoch's, so what drifts over an epoch (the machine's other load, the page cache)
+    moves both sides alike. The incremental seconds are the refreshes' summed, each paying its own
+    epoch lookup and arrangement upkeep (one refresh of every table pays them once). Returns those
+    seconds, the reports, each table's (before, after) recompute seconds and its recompute's costs,
+    and the refreshes' arrangements done and reads served."""
+    versions = _versions(engine.spark, root)
+    incremental, reports, sides, costs, done, served = 0.0, [], {}, {}, [], {}
+    for name in names:
+        before = recompute_table(engine, name, root, versions)
+        seconds, [report] = _timed(lambda: engine.refresh([name], until=until, upstream=False))
+        after = recompute_table(engine, name, root)
+        incremental += seconds
+        reports.append(report)
+        sides[name] = (before["seconds"], after["seconds"])
+        costs[name] = {k: v for k, v in after.items() if k != "seconds"}
+        done.extend(engine.arranged)
+        for pair, counts in engine.arranged_reads.items():
+            held = served.setdefault(pair, {})
+            for key, value in counts.items():
+                held[key] = held.get(key, 0) + value
+    return incremental, reports, sides, costs, done, served
 
 
 def _rounded(seconds: float | None) -> float | None:
@@ -975,7 +1023,9 @@ def _bracket_words(sweep: list[dict]) -> str:
     if noise is None:
         return ""
     (after, af, at), (spread, sf, st) = noise["after_only"], noise["spread"]
-    return (f", each step against the mean of a recompute before and after its epoch; against the recompute after "
+    stepwise = any(e.get("bracketed") == "step" for run in sweep for e in run["epochs"])
+    return (f", each step against the mean of a recompute before and after "
+            f"{'it (the tables refreshed one at a time)' if stepwise else 'its epoch'}; against the recompute after "
             f"alone, as runs without brackets judged, worst {after:.2f}x ({at} at {af * 100:g}%); the noise: a "
             f"table's two recomputes, same SQL and versions, differ by up to {spread:.2f}x ({st} at {sf * 100:g}%), "
             f"past {TOLERATED_SWEEP:g}x for {noise['spread_over_tolerance']} of {noise['tables']} tables")
@@ -1160,13 +1210,14 @@ def main(argv=None) -> None:
     arguments.epochs = arguments.epochs or (24 if arguments.day else 3)
     if arguments.day and len(arguments.fraction) > 1:
         raise SystemExit("make bench: --day takes one --fraction (a day is one change stream)")
+    bracket = STEPWISE if arguments.bracket_steps else arguments.bracket_recompute
     for scale in [] if arguments.sweep_only else arguments.scales:
         fractions = [f * (arguments.scales[0] / scale if arguments.same_change_rows else 1) for f in arguments.fraction]
         runs.extend(run_scale(spark, work, scale, fractions, arguments.epochs, queries, arguments.driver_rows,
                               arguments.source_writer, arguments.arrange_rows, arguments.parallelism, arguments.day,
                               switch_interval=arguments.switch_interval, keep=arguments.keep, resume=arguments.resume,
                               recompute_every=arguments.recompute_every, warm_sources=arguments.warm_sources,
-                              bracket=arguments.bracket_recompute, progress=save))
+                              bracket=bracket, progress=save))
         save()
     sweep_queries = [f"tpch_q{n:02d}" for n in arguments.sweep_queries]
     if arguments.sweep:
@@ -1174,7 +1225,7 @@ def main(argv=None) -> None:
                                arguments.driver_rows, arguments.source_writer, arguments.arrange_rows,
                                arguments.parallelism, switch_interval=arguments.switch_interval, keep=arguments.keep,
                                resume=arguments.resume, warm_sources=arguments.warm_sources,
-                               bracket=arguments.bracket_recompute, progress=save))
+                               bracket=bracket, progress=save))
         save()
     write_report(out, report_markdown(arguments, runs, sweep, started), runs, sweep)
 

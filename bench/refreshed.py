@@ -4,12 +4,14 @@ table's work over the input versions of its last step (rescan_phases.py, first_r
 from __future__ import annotations
 
 import argparse
+import threading
 import time
 from datetime import timedelta
 from pathlib import Path
 
 from bench.__main__ import LOADED_AT, bench_engine, start_session, tpch_warehouse
 from epochal.changes import InputRange
+from epochal.metrics import Meter, metered, scheduler_pool
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,3 +46,13 @@ def seconds_of(run) -> float:
     began = time.perf_counter()
     run()
     return time.perf_counter() - began
+
+
+def timed_work(spark, run) -> tuple[float, float]:
+    """The wall seconds `run()` took and its Spark tasks' CPU seconds (the work, which a loaded
+    machine does not lengthen), its jobs in the thread's scheduler pool as a step runs its own."""
+    meter = Meter()
+    with scheduler_pool(spark, threading.current_thread().name), metered(spark, meter):
+        wall = seconds_of(run)
+    meter.count_jobs(spark)
+    return wall, meter.task_cpu_seconds or 0.0

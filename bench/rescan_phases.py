@@ -12,7 +12,12 @@ interleaved, in one process, on a warehouse a benchmark left (its tables refresh
 - `local+limit`: the rescan's own frame (`engine.output_frame` with the refresh's shared reads:
   inputs of at most `driver_rows` rows as local relations of delta-rs reads) under that limit,
   with a fresh `SharedReads`, so each repetition pays its delta-rs reads as a one-table refresh does;
-- `local reads`: those delta-rs reads alone (the inputs that would be local relations).
+- `local reads`: those delta-rs reads alone (the inputs that would be local relations);
+- `replace`: the rescan's own frame written as a step that replaces its table writes it
+  (`writes.replace_contents` with the change data feed), the table having held few rows: the
+  frame cached while collected, at most `driver_rows` rows committed by delta-rs, more written
+  by Spark from the cache; `replace by spark`: Spark's write straight away, as for a table
+  holding more rows than that. `--replace-rows` sets the limit they write with.
 
     .venv/bin/python -m bench.rescan_phases /tmp/epochal-bench/cost-rescans-1 --queries 8 14 22 10 19 1
     .venv/bin/python -m bench.rescan_phases --scale 0.1 --local-rows 5000 10000 25000
@@ -23,8 +28,10 @@ slower than its recompute by the machine's noise shows in the first only). `--va
 the named ones:
 
     .venv/bin/python -m bench.rescan_phases /tmp/epochal-bench/run-10-0.1 --queries 1 5 13 --repeat 3 \
-        --variants recompute spark+limit local+limit With `--at-once N`, N tables run each variant at once, in
-threads (as the benchmark runs N steps, and N recomputes, beside each other), each timed alone:
+        --variants recompute spark+limit local+limit
+
+With `--at-once N`, N tables run each variant at once, in threads (as the benchmark runs N steps,
+and N recomputes, beside each other), each timed alone:
 
     .venv/bin/python -m bench.rescan_phases --scale 0.1 --queries 3 9 20 12 --at-once 2
 """
@@ -32,11 +39,12 @@ threads (as the benchmark runs N steps, and N recomputes, beside each other), ea
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
-import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
-from bench.refreshed import add_arguments, last_inputs, open_warehouse, seconds_of
+from bench.refreshed import add_arguments, last_inputs, open_warehouse, timed_work
 
 
 def main(argv=None) -> None:
@@ -45,6 +53,9 @@ def main(argv=None) -> None:
     parser.add_argument("--repeat", type=int, default=4)
     parser.add_argument("--at-once", type=int, default=1, help="tables running each variant at once")
     parser.add_argument("--variants", nargs="+", help="only these variants (by name, e.g. recompute spark+limit)")
+    parser.add_argument("--replace-rows", type=int, default=None,
+                        help="the driver_rows the replace variants write with (default: the engine's): below the "
+                             "result's rows, they time a replace past the limit")
     parser.add_argument("--local-rows", type=int, nargs="*", default=[10_000, 50_000],
                         help="also the rescan's frame with local relations only for inputs of at most this many rows")
     arguments = parser.parse_args(argv)
@@ -52,11 +63,12 @@ def main(argv=None) -> None:
     from epochal.changes import rows_up_to
     from epochal.engine import output_frame
     from epochal.keyed.shared_reads import SharedReads
-    from epochal.metrics import Meter, metered, scheduler_pool
-    from epochal.protocol.writes import written_on_driver
+    from epochal.protocol.writes import replace_contents, written_on_driver
 
     spark, engine, root, names = open_warehouse(arguments, "rescan-phases")
     limit = engine.driver_rows
+    steps = itertools.count(int(time.time()))  # past any step number an earlier run wrote there
+    replace_rows = limit if arguments.replace_rows is None else arguments.replace_rows
 
     def shared(rows=None):
         return SharedReads(engine.storage_options, engine.driver_rows if rows is None else rows)
@@ -68,6 +80,15 @@ def main(argv=None) -> None:
         def recompute():
             output_frame(spark, table, inputs, "after").write.format("delta").mode("overwrite") \
                 .option("overwriteSchema", "true").save(scratch)
+
+        def replaced(driver_rows: int, expected_rows: int | None):
+            """The rescan's frame written as a replace writes it (writes.replace_contents), under a
+            new step number each time (a replace skips a step number it already wrote)."""
+            def run():
+                replace_contents(output_frame(spark, table, inputs, "after", shared()), f"{scratch}-replaced",
+                                 "bench/rescan-phases", next(steps), "bench", engine.storage_options, driver_rows,
+                                 change_data_feed=True, expected_rows=expected_rows)
+            return run
 
         def local_reads():
             reads = shared()
@@ -82,19 +103,13 @@ def main(argv=None) -> None:
             "spark+limit": lambda: rows_up_to(output_frame(spark, table, inputs, "after"), limit),
             "local+limit": lambda: rows_up_to(output_frame(spark, table, inputs, "after", shared()), limit),
             "local reads": local_reads,
+            "replace": replaced(replace_rows, 0),
+            "replace by spark": replaced(replace_rows, replace_rows + 1),
             **{f"local<={rows // 1000}k": (lambda rows=rows: rows_up_to(
                 output_frame(spark, table, inputs, "after", shared(rows)), limit)) for rows in arguments.local_rows},
         }
 
     kinds = [k for k in variants(names[0]) if not arguments.variants or k in arguments.variants]
-
-    def timed(run) -> tuple[float, float]:
-        """Wall seconds and the tasks' CPU seconds (the work, which a loaded machine does not lengthen)."""
-        meter = Meter()
-        with scheduler_pool(spark, threading.current_thread().name), metered(spark, meter):
-            wall = seconds_of(run)
-        meter.count_jobs(spark)
-        return wall, meter.task_cpu_seconds or 0.0
 
     print(f"{'table':<10}" + "".join(f"{k:>24}" for k in kinds) + "   (wall s / tasks' CPU s)", flush=True)
     totals = {k: [0.0, 0.0] for k in kinds}
@@ -105,7 +120,7 @@ def main(argv=None) -> None:
             seconds = {name: {k: [] for k in kinds} for name in together}
             for _ in range(arguments.repeat):
                 for kind in kinds:
-                    took = pool.map(lambda name: timed(runs[name][kind]), together)
+                    took = pool.map(lambda name: timed_work(spark, runs[name][kind]), together)
                     for name, elapsed in zip(together, took):
                         seconds[name][kind].append(elapsed)
             for name in together:
