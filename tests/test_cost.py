@@ -400,3 +400,49 @@ def _histories(draw) -> list[Step]:
 @settings(max_examples=200, deadline=None)
 def test_shares_searched_from_the_newest_step_back_are_those_over_every_step(history, changed):
     assert cost.shares(history, changed) == _reference_shares(history, changed)
+
+
+def given_up(rows: int, seconds: float) -> Step:
+    """The rescan for cost an incremental step past its budget gave up for (epoch._over_budget)."""
+    made = step("rescan", 2.0, reason="COST: an incremental step ... was given up")
+    made.detail.update({"estimate": {"rows": rows}, "gave_up": {"rows": rows, "seconds": seconds, "budget": 2.0}})
+    return made
+
+
+def test_a_step_on_the_driver_past_fixed_cost_rows_has_a_budget_of_a_rescan():
+    """Ski rental: a step runs as long as a rescan is expected to take (its output, a first run's
+    discounted), or MARGIN times its own estimate where that is more; a small change, a change
+    that is Spark's, and a table with no rescan yet have none."""
+    first = [step("rescan", 7.0, reason="FIRST_RUN")]
+    rows = cost.EXTRAPOLATE * cost.FIXED_COST_ROWS + 1
+    assert cost.budget(first, rows, None, spark_path=False) == pytest.approx(cost.BUDGET * 7.0 / cost.FIRST_RUN_OVERSTATES)
+    assert cost.budget(first, rows - 1, None, spark_path=False) is None
+    assert cost.budget(first, rows, None, spark_path=True) is None
+    assert cost.budget([], rows, None, spark_path=False) is None
+    history = first + [step("rescan", 3.0, reason="COST: estimated"), step("incremental", 2.8, 3000)]
+    found = cost.estimate(history, rows, spark_path=False)
+    assert not found.favours_rescan
+    assert cost.budget(history, rows, found, spark_path=False) == pytest.approx(cost.MARGIN * found.incremental)
+
+
+def test_a_step_given_up_is_a_floor_and_a_change_of_its_rows_rescans_without_exploring():
+    """Given up at 40,000 rows after 6 s, a change of as many rows rescans for cost, and does not
+    explore after EXPLORE_AFTER rescans; a smaller one is estimated at the floor scaled down (and
+    runs under its budget, exploring as before); a step that finished on at least its rows ends it, as do
+    GIVE_UP_HELD steps after it."""
+    history = [step("rescan", 7.0, reason="FIRST_RUN"), given_up(40_000, 6.0)]
+    same = cost.estimate(history, 40_000, spark_path=False)
+    assert same.past_given_up and same.favours_rescan and same.incremental == pytest.approx(6.0)
+    assert "one of 40000 rows given up past its budget" in same.describe()
+    smaller = cost.estimate(history, 10_000, spark_path=False)
+    assert smaller.incremental == pytest.approx(1.5) and not smaller.past_given_up and not smaller.favours_rescan
+    history += [step("rescan", 2.0, reason="COST: estimated") for _ in range(cost.EXPLORE_AFTER)]
+    assert cost.estimate(history, 40_000, spark_path=False).favours_rescan  # no exploring at its size
+    assert cost.estimate(history, 10_000, spark_path=False) is None  # below it, exploring as before
+    assert cost.estimate(history, 40_000, spark_path=True).given_up_rows == 0  # the give-up was on the driver
+    measured = history + [phased(1.0, 40_000, compute=0.8)]
+    assert cost.estimate(measured, 40_000, spark_path=False).given_up_rows == 0
+    smaller_since = history + [phased(1.0, 10_000, compute=0.8)]
+    assert cost.estimate(smaller_since, 40_000, spark_path=False).past_given_up
+    aged = history + [step("rescan", 2.0, reason="COST: estimated") for _ in range(cost.GIVE_UP_HELD)]
+    assert cost.estimate(aged, 40_000, spark_path=False) is None

@@ -344,6 +344,39 @@ def test_a_large_change_its_steps_found_consolidating_away_is_read_not_rescanned
     assert (reports["t"].technique, reports["t"].rows_read) == ("incremental", 0), reports["t"]
 
 
+@pytest.mark.long  # measured epochs, as the tests above
+def test_a_step_past_its_budget_is_given_up_for_a_rescan_and_its_size_is_not_explored_again(spark, warehouse,
+                                                                                            monkeypatch):
+    """An incremental step with no estimate (nothing measured near its rows) runs under a budget
+    (cost.budget; here 0, and cost.FIXED_COST_ROWS lifted so that 40 rows are past the budget's
+    floor): past it, the step is abandoned before it writes anything and the epoch is a rescan for
+    COST that keeps no state, exact, with what was given up recorded; `d`, strict, stays
+    incremental. A change of as many rows then rescans for COST on that record; with the budget
+    back at its default, a smaller one rebuilds the state and the next is incremental."""
+    default = cost.BUDGET
+    monkeypatch.setattr(cost, "FIXED_COST_ROWS", 1)
+    monkeypatch.setattr(cost, "BUDGET", 0.0)
+    root = f"{warehouse}/{uuid.uuid4().hex[:8]}"
+    a = SyntheticSource(spark, f"{root}/sources/a", SCHEMA, ROWS)
+    engine = build(spark, root, cost_model=True)
+    engine.define("d", D, strict=True)
+    engine.refresh()
+    a.insert([(1000 + i, "xyz"[i % 3], i, "w") for i in range(40)])
+    assert_rescan(refreshed(engine), "COST", "given up after", "past its budget of 0.0 s")
+    steps = engine.table("t").ledger.steps()
+    assert [s.status for s in steps if s.epoch == steps[-1].epoch] == ["started", "abandoned", "started", "committed"]
+    last = engine.table("t").ledger.last_committed()
+    assert last.detail["gave_up"]["rows"] == 40 and last.detail["gave_up"]["budget"] == 0.0, last.detail
+    assert (last.detail["state"], last.state_versions) == (reasons.STATE_NOT_KEPT, {})
+    a.insert([(2000 + i, "xyz"[i % 3], i, "w") for i in range(40)])
+    assert_rescan(refreshed(engine), "COST", "one of 40 rows given up past its budget")
+    monkeypatch.setattr(cost, "BUDGET", default)
+    a.insert([(3000 + i, "xyz"[i % 3], i, "w") for i in range(10)])
+    assert_rescan(refreshed(engine), "STATE_MISSING", reasons.NOT_KEPT)
+    a.insert([(4000 + i, "xyz"[i % 3], i, "w") for i in range(10)])
+    assert {r.technique for r in refreshed(engine).values()} == {"incremental"}
+
+
 @pytest.mark.parametrize("at_size", [False, True], ids=["scaled", "at_size"])
 def test_the_first_rescan_for_cost_is_tried_keeping_the_state_unless_measured_at_the_change_size(
         spark, warehouse, monkeypatch, at_size):

@@ -4,6 +4,7 @@ by several join terms is planned once."""
 
 from __future__ import annotations
 
+import time
 from functools import cached_property
 from typing import Callable
 
@@ -68,6 +69,13 @@ class Context:
         self.rows_read = 0
         self.spark_changes: list[str] = []  # inputs whose change batch is Spark's, not held on the driver
         self.persisted: list[DataFrame] = []
+        self._deadline: float | None = None
+        self._give_up: Callable[[], Exception] | None = None
+
+    def budget(self, deadline: float, give_up: Callable[[], Exception]) -> None:
+        """Give up computing the change once `deadline` (time.monotonic) has passed: the next
+        node's change batch asked for raises `give_up()` instead (the cost model's budget)."""
+        self._deadline, self._give_up = deadline, give_up
 
     @cached_property
     def typing_confs(self) -> tuple:
@@ -136,6 +144,8 @@ class Context:
     def delta(self, node: Node) -> DataFrame | None:
         """The node's consolidated-or-not change batch; None when nothing below it changed."""
         if id(node) not in self._deltas:
+            if self._deadline is not None and time.monotonic() > self._deadline:
+                raise self._give_up()
             rule = self.rule_for(node)
             change = rule.delta(node, self) if self.changed(node) else None
             if change is not None and rule.materialize_delta:

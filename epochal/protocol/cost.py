@@ -50,9 +50,8 @@ Estimates, each a median so that one step slowed by a busy machine does not deci
   its fixed costs would be multiplied with the rows: TPC-H Q2 at scale 1, one step of a few dozen
   rows, was estimated at 28.2 s for 4,000 rows and tried a rescan keeping the state (7.9 s against
   a 3.2 s recompute, `python -m bench.cost_rescans 1`), where a step on the driver of 4,000 rows
-  costs a fraction of a second. On the driver a step is bounded by `driver_rows`, so the
-  measurement costs little; on Spark's path, where steps grew far past linearly, no bound holds and
-  the estimate stands. The rows of a step below FIXED_COST_ROWS count as FIXED_COST_ROWS here too.
+  costs a fraction of a second. On the driver the measurement runs under a budget (below); on
+  Spark's path, where steps grew far past linearly, the estimate stands. The rows of a step below FIXED_COST_ROWS count as FIXED_COST_ROWS here too.
   On the driver, steps grow far less than linearly with their rows: at scale 0.1, ten times the
   change rows (0.1% to 1% of orders) took TPC-H Q3 0.66 s to 0.84 s, Q5 0.56 s to 0.62 s, where
   the scaled estimates said 4.0 s and 8.0 s; at scale 1 Q2 took three times as long for ten times
@@ -78,6 +77,20 @@ Estimates, each a median so that one step slowed by a busy machine does not deci
   rescan it favours is run for cost, its state not kept: at a tenth of TPC-H's orders changed at
   scale 10, Q2's step of 40,000 rows took 23.3 s against a 3.4 s recompute, and the try after it,
   on the same change, took 7.0 s, 2.8 s of it the state build (`python -m bench.cost_rescans 10`).
+Budget: a step on the driver of more than EXTRAPOLATE times FIXED_COST_ROWS change rows runs only
+as long as a rescan is expected to take (`budget`: BUDGET times a rescan's output seconds, or MARGIN
+times the step's own estimate where that is more), and is then given up for a rescan for cost. It
+is the rent-or-buy rule of the ski-rental problem (Karlin, Manasse, Rudolph and Sleator,
+"Competitive snoopy caching"): an exploring step costs its epoch at most about twice a rescan,
+whatever the step would have cost. Being held on the driver does not bound a step's cost: at a
+tenth of TPC-H's orders changed at scale 10, Q2's first step, of 40,000 rows, took five times its
+recompute (bench/RESULTS.md). The step checks its budget before each node's change
+(`Context.budget`), so it overruns by at most one node's work, and nothing is written by then.
+Its rows and seconds (`gave_up`, in the rescan's detail) are a floor, scaled linearly with the
+rows, for the estimates of the next GIVE_UP_HELD steps that compute anything (a day of hourly
+epochs), until a step finishes on at least its rows; a change of at least its rows rescans for
+cost and does not explore.
+
 A rescan is chosen when the incremental estimate exceeds the rescan's by MARGIN, so noise does not
 make a table flap between techniques. After EXPLORE_AFTER rescans for cost in a row, one step runs
 incrementally again, so the incremental estimate follows the table as it changes (a rescan for
@@ -130,6 +143,8 @@ MEASURED_NEAR = 2.0
 REPLACE_SHARE = 0.25
 REPLACE_ROWS = 100_000
 DIFF_AGAIN_AFTER = 4
+BUDGET = 1.0
+GIVE_UP_HELD = 24
 
 
 @dataclass(frozen=True)
@@ -145,10 +160,16 @@ class Estimate:
     rescan_measured: bool = True  # rests on rescans for cost; else on past rescans, state build included
     path_measured: bool = True  # False: past `driver_rows` with no step measured past it (SPARK_PATH_UNMEASURED)
     at_size: bool = False  # the incremental estimate was measured at this change's size, not scaled up to it
+    given_up_rows: int = 0  # rests on a step given up at that many rows (`budget`), not on one that finished
+
+    @property
+    def past_given_up(self) -> bool:
+        """A step of at least this change's rows was given up, past its budget: it is not run again."""
+        return 0 < self.given_up_rows <= self.rows
 
     @property
     def favours_rescan(self) -> bool:
-        return self.incremental > MARGIN * self.rescan
+        return self.incremental > MARGIN * self.rescan or self.past_given_up
 
     @property
     def tries_rescan(self) -> bool:
@@ -162,7 +183,9 @@ class Estimate:
     def describe(self, choice: str = "rescanning") -> str:
         if self.tries_rescan and choice == "rescanning":
             choice = "no rescan for cost was measured yet, so one is tried"
-        basis = (f"from {self.incremental_seen} past step(s)" if self.path_measured else
+        basis = (f"from {self.incremental_seen} past step(s)"
+                 + (f" and one of {self.given_up_rows} rows given up past its budget" if self.given_up_rows else "")
+                 if self.path_measured else
                  f"at least {SPARK_PATH_UNMEASURED:g}x the rescan: a change batch past driver_rows is Spark's to "
                  "compute, and no step of the table was measured there yet")
         if self.at_size and not self.rescan_measured and choice == "rescanning":
@@ -229,6 +252,8 @@ def explores(found: Estimate | None, spark_path: bool | None, read: bool) -> boo
     epoch, and the epoch took twice its recompute (bench/RESULTS.md)."""
     if found is None:
         return True
+    if found.past_given_up:
+        return False
     if not read and spark_path is False:
         return True
     return found.path_measured and found.incremental <= EARLY * found.rescan
@@ -239,26 +264,65 @@ def _estimate(history: list, rows: int, spark_path: bool | None, driver_rows: in
     on_path = computed if spark_path is None else \
         _last(history, lambda s: _computed(s) and on_spark_path(s, driver_rows) == spark_path, INCREMENTAL_SEEN)
     incremental = on_path or computed
-    for_cost = _last(history, lambda s: s.technique == "rescan" and s.reason.startswith(COST), RESCAN_SEEN)
-    rescans = for_cost or _last(history, lambda s: s.technique == "rescan", RESCAN_SEEN)
+    for_cost, rescans = _rescans(history)
     if spark_path and not computed and rescans:  # no incremental step measured on any path
         output = statistics.median(_rescan_seconds(s, keeps_state=False) for s in rescans)
         return Estimate(SPARK_PATH_UNMEASURED * output, output, 0, len(rescans), rows, bool(for_cost),
                         path_measured=False)
-    if not incremental or not rescans:
+    if not rescans:
         return None
-    largest = max(s.rows_read for s in incremental)
-    if spark_path is False and on_path and rows > EXTRAPOLATE * max(largest, FIXED_COST_ROWS):
-        return None
-    incremental = [s for s in incremental if 2 * s.rows_read >= largest]
-    scaled = statistics.median(_scaled(s, rows, on_spark_path(s, driver_rows)) for s in incremental)
+    given_up = _given_up(history) if spark_path is False else None
+    floor = given_up["seconds"] * rows / max(1, given_up["rows"]) if given_up else 0.0
+    given_up_rows = given_up["rows"] if given_up else 0
     output = statistics.median(_rescan_seconds(s, keeps_state=False) for s in rescans)
+    rescan = output if for_cost else statistics.median(_rescan_seconds(s, keeps_state=True) for s in rescans)
+    largest = max((s.rows_read for s in incremental), default=0)
+    if not incremental or (spark_path is False and on_path and rows > EXTRAPOLATE * max(largest, FIXED_COST_ROWS)):
+        if given_up is None:
+            return None
+        return Estimate(floor, rescan, 0, len(rescans), rows, bool(for_cost), given_up_rows=given_up_rows)
+    incremental = [s for s in incremental if 2 * s.rows_read >= largest]
+    scaled = max(floor, statistics.median(_scaled(s, rows, on_spark_path(s, driver_rows)) for s in incremental))
     if spark_path and not on_path:
         return Estimate(max(scaled, SPARK_PATH_UNMEASURED * output), output, len(incremental), len(rescans), rows,
                         bool(for_cost), path_measured=False)
-    rescan = output if for_cost else statistics.median(_rescan_seconds(s, keeps_state=True) for s in rescans)
     return Estimate(scaled, rescan, len(incremental), len(rescans), rows, bool(for_cost),
-                    at_size=_at_size(incremental, rows))
+                    at_size=_at_size(incremental, rows), given_up_rows=given_up_rows)
+
+
+def _rescans(history: list) -> tuple[list, list]:
+    """The last RESCAN_SEEN rescans for cost, and the rescans an estimate rests on: those, or before
+    the first of them the last rescans of any kind."""
+    for_cost = _last(history, lambda s: s.technique == "rescan" and s.reason.startswith(COST), RESCAN_SEEN)
+    return for_cost, for_cost or _last(history, lambda s: s.technique == "rescan", RESCAN_SEEN)
+
+
+def budget(history: list, rows: int, found: Estimate | None, spark_path: bool) -> float | None:
+    """The seconds an incremental step of `rows` change rows on the driver may run, from its start,
+    before it gives up for a rescan for cost (the module's docstring, "Budget"): BUDGET times a
+    rescan's estimate, or MARGIN times the step's own estimate where that is more; None on Spark's
+    path, for a change of at most EXTRAPOLATE times FIXED_COST_ROWS, or before any rescan."""
+    if spark_path or rows <= EXTRAPOLATE * FIXED_COST_ROWS:
+        return None
+    _, rescans = _rescans(history)
+    if not rescans:
+        return None
+    output = statistics.median(_rescan_seconds(s, keeps_state=False) for s in rescans)
+    return max(BUDGET * output, MARGIN * found.incremental if found is not None else 0.0)
+
+
+def _given_up(history: list) -> dict | None:
+    """The newest step given up past its budget (its `gave_up`: rows and seconds) among the last
+    GIVE_UP_HELD steps that computed anything, unless a step that finished on at least its rows
+    came after it."""
+    finished = 0
+    for step in reversed(_last(history, _working, GIVE_UP_HELD)):
+        gave_up = (step.detail or {}).get("gave_up")
+        if gave_up and gave_up["rows"] > finished:
+            return gave_up
+        if _computed(step):
+            finished = max(finished, step.rows_read)
+    return None
 
 
 def _at_size(incremental: list, rows: int) -> bool:

@@ -384,7 +384,10 @@ def _compute_and_write_metered(env: Environment, table, step: Step, began: float
             if not ctx.changed(plan):  # every change consolidated away: nothing to write
                 return _commit(table, step, env, phases, began, meter, rows_read=rows_read)
             step.detail["spark_changes"] = sorted(set(ctx.spark_changes))
-            _weigh(env, table, step, history, rows_read)
+            budget = _weigh(env, table, step, history, rows_read)
+            if budget is not None:
+                ctx.budget(began + budget, partial(_over_budget, table, rows_read, budget, began,
+                                                      step.detail.get("estimate") or {}))
             # the epoch-start snapshots the delta rules read (planned here, read below) are Delta's to refuse, too
             refused = partial(reasons.refusals, f"the inputs of {table.name!r} as of this epoch's start")
             with refused():
@@ -478,11 +481,12 @@ def _weigh_unread(env: Environment, table, step: Step, history: list[Step], inpu
             keep_state=estimate.tries_rescan)
 
 
-def _weigh(env: Environment, table, step: Step, history: list[Step], rows_read: int) -> None:
+def _weigh(env: Environment, table, step: Step, history: list[Step], rows_read: int) -> float | None:
     """Ask the cost model (cost.py) about this incremental step, now that its change rows and
     their path (`spark_changes` in its detail) are known: its estimate goes into the step's
     detail, and a rescan it expects to be cheaper is
     raised as `reasons.Costly` (never for a strict table, nor when the engine's model is off).
+    Returns the seconds the step may run before it gives up (cost.budget), or None.
 
     A rescan for COST writes the output only: building the state costs as much again, and the
     steps after it are likely rescans too. Its state is then not kept (reasons.STATE_NOT_KEPT) until a
@@ -491,8 +495,9 @@ def _weigh(env: Environment, table, step: Step, history: list[Step], rows_read: 
     for cost measured yet, cost.Estimate.tries_rescan) keeps the state: if it loses, the table
     goes back to incremental steps without a rebuild."""
     kept = _keeps_state(step)
-    estimate = cost.estimate(history, rows_read, bool(step.detail.get("spark_changes")), env.driver_rows) \
-        if env.cost_model and not table.strict else None  # the steps come in seq order
+    weighed = env.cost_model and not table.strict
+    spark_path = bool(step.detail.get("spark_changes"))
+    estimate = cost.estimate(history, rows_read, spark_path, env.driver_rows) if weighed else None  # steps in seq order
     if estimate is not None:
         step.detail["estimate"] = estimate.as_dict()
         if estimate.favours_rescan:
@@ -501,6 +506,18 @@ def _weigh(env: Environment, table, step: Step, history: list[Step], rows_read: 
     if not kept:
         raise StateMissing(f"{reasons.NOT_KEPT}, which is to run incrementally"
                            + (f" ({estimate.describe(choice='staying incremental')})" if estimate is not None else ""))
+    return cost.budget(history, rows_read, estimate, spark_path) if weighed else None
+
+
+def _over_budget(table, rows: int, budget: float, began: float, estimate: dict) -> reasons.Costly:
+    """The rescan for cost that an incremental step past its budget (cost.budget) gives up for: its
+    rows and seconds so far are recorded (`gave_up`), a floor for the estimates after it."""
+    spent = round(time.monotonic() - began, 3)
+    return reasons.Costly(
+        reasons.Trigger(reasons.COST, f"an incremental step of {rows} change rows on the driver was given up after "
+                                      f"{spent:.1f} s, past its budget of {budget:.1f} s (what a rescan is "
+                                      f"expected to take); table {table.name!r} is rescanned instead"),
+        {"estimate": {**estimate, "rows": rows}, "gave_up": {"rows": rows, "seconds": spent, "budget": round(budget, 3)}})
 
 
 def _commit(table, step: Step, env: Environment, phases: Phases, began: float, meter: Meter | None = None, *, rows_read: int = 0, inserted: int = 0,
