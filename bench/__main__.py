@@ -433,6 +433,7 @@ def _epoch(engine, spark, root: str, generator, index: int, queries: list[str], 
             rows_read=report.rows_read, rows_inserted=report.rows_inserted, rows_deleted=report.rows_deleted,
             phases=report.detail.get("phases", {}), cost=report.detail.get("cost", {}),
             estimate=report.detail.get("estimate"), replaced=report.detail.get("replaced"),
+            gave_up=report.detail.get("gave_up"),
         )
     changed = {t: batch.counts(t) for t in SOURCES}
     return dict(index=index, floor_seconds=_rounded(floor), floor_driver_seconds=_rounded(floor_driver),
@@ -718,11 +719,13 @@ def run_scale(spark, work: Path, scale: float, fractions: list[float], epochs: i
 
 def _technique(table: dict) -> str:
     """A table's technique in an epoch's progress line: incremental, or the rescan's reason code,
-    and whether it replaced the table's contents."""
+    whether it replaced the table's contents, and whether an incremental step was given up for it
+    past its budget (cost.budget)."""
     if table["technique"] != "rescan":
         return table["technique"]
     code = table["reason"].split(":")[0]
-    return f"rescan {code}" + (" replaced" if table.get("replaced") else "")
+    return (f"rescan {code}" + (" replaced" if table.get("replaced") else "")
+            + (" after {rows} rows given up at {seconds:.1f} s".format(**table["gave_up"]) if table.get("gave_up") else ""))
 
 
 def summarize(run: dict) -> list[dict]:
@@ -1116,6 +1119,8 @@ def report_markdown(arguments, runs: list[dict], sweep: list[dict], started: str
                 for name, t in sorted(e["tables"].items()):
                     speedup = t["recompute_seconds"] / t["incremental_seconds"] if t["incremental_seconds"] else None
                     reason = f" ({str(t['reason']).split(':')[0]})" if t.get("reason") else ""
+                    if t.get("gave_up"):
+                        reason += " after {rows} rows given up at {seconds:.1f} s".format(**t["gave_up"])
                     lines.append(f"| {run['fraction'] * 100:g}% | {e['index']} | {name} | {t['technique']}{reason} | "
                                  f"{_format(t['incremental_seconds'])} | {_format(t['recompute_seconds'])} | "
                                  f"{_sides(t)} | {_format(speedup, 1)} | {_pair(t, 'task_seconds')} | "

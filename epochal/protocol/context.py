@@ -73,8 +73,8 @@ class Context:
         self._give_up: Callable[[], Exception] | None = None
 
     def budget(self, deadline: float, give_up: Callable[[], Exception]) -> None:
-        """Give up computing the change once `deadline` (time.monotonic) has passed: the next
-        node's change batch asked for raises `give_up()` instead (the cost model's budget)."""
+        """Give up computing the change once `deadline` (time.monotonic) has passed: the change
+        batch of the next node begun or finished raises `give_up()` instead (the cost model's budget)."""
         self._deadline, self._give_up = deadline, give_up
 
     @cached_property
@@ -144,14 +144,18 @@ class Context:
     def delta(self, node: Node) -> DataFrame | None:
         """The node's consolidated-or-not change batch; None when nothing below it changed."""
         if id(node) not in self._deltas:
-            if self._deadline is not None and time.monotonic() > self._deadline:
-                raise self._give_up()
+            self._within_budget()
             rule = self.rule_for(node)
             change = rule.delta(node, self) if self.changed(node) else None
             if change is not None and rule.materialize_delta:
                 change = self.materialize(change)
             self._deltas[id(node)] = change
+            self._within_budget()  # the work is done as the plan is walked back up: checked after each node too
         return self._deltas[id(node)]
+
+    def _within_budget(self) -> None:
+        if self._deadline is not None and time.monotonic() > self._deadline:
+            raise self._give_up()
 
     def snapshot(self, node: Node, side: str) -> DataFrame:
         if not self.changed(node):

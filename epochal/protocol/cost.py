@@ -84,8 +84,8 @@ is the rent-or-buy rule of the ski-rental problem (Karlin, Manasse, Rudolph and 
 "Competitive snoopy caching"): an exploring step costs its epoch at most about twice a rescan,
 whatever the step would have cost. Being held on the driver does not bound a step's cost: at a
 tenth of TPC-H's orders changed at scale 10, Q2's first step, of 40,000 rows, took five times its
-recompute (bench/RESULTS.md). The step checks its budget before each node's change
-(`Context.budget`), so it overruns by at most one node's work, and nothing is written by then.
+recompute (bench/RESULTS.md). The step checks its budget as each node's change begins and ends
+(`Context.budget`), so it overruns by at most one node's own work, and nothing is written by then.
 Its rows and seconds (`gave_up`, in the rescan's detail) are a floor, scaled linearly with the
 rows, for the estimates of the next GIVE_UP_HELD steps that compute anything (a day of hourly
 epochs), until a step finishes on at least its rows; a change of at least its rows rescans for
