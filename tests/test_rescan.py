@@ -45,6 +45,17 @@ def setup(spark, warehouse):
     return engine, source, root
 
 
+def weighed(spark, warehouse: str, **options) -> tuple[Engine, SyntheticSource]:
+    """An engine with the cost model on, after its first run, and its source `a`; `d` is strict:
+    its steps are as quick as its first run, and the model might try a rescan of it."""
+    root = f"{warehouse}/{uuid.uuid4().hex[:8]}"
+    a = SyntheticSource(spark, f"{root}/sources/a", SCHEMA, ROWS)
+    engine = build(spark, root, cost_model=True, **options)
+    engine.define("d", D, strict=True)
+    engine.refresh()
+    return engine, a
+
+
 def sql(spark, statement: str, path: str) -> None:
     spark.sql(statement.format(table=f"delta.`{path}`"))
 
@@ -225,11 +236,7 @@ def test_cost_model_rescans_a_change_its_history_says_is_cheaper_to_recompute(sp
     a test table's small steps make the history.)"""
     monkeypatch.setattr(cost, "EXTRAPOLATE", 1e9)
     monkeypatch.setattr(cost, "FIXED_COST_ROWS", 1)
-    root = f"{warehouse}/{uuid.uuid4().hex[:8]}"
-    a = SyntheticSource(spark, f"{root}/sources/a", SCHEMA, ROWS)
-    engine = build(spark, root, cost_model=True)
-    engine.define("d", D, strict=True)  # d's steps are as quick as its first run: the model might try a rescan
-    engine.refresh()
+    engine, a = weighed(spark, warehouse)
     a.update("k = 1", {"v": "v + 1"})
     first = refreshed(engine)
     assert first["t"].technique == "incremental", first["t"].reason
@@ -293,11 +300,7 @@ def test_a_change_past_driver_rows_before_a_step_was_measured_there_rescans_unre
     Spark's to compute, where no step of the table was measured: the step is expected at twice
     the rescan's output, rescans for COST unread and keeps no state (no try). The next small
     change rebuilds the state (STATE_MISSING), and the one after it is incremental; all stay exact."""
-    root = f"{warehouse}/{uuid.uuid4().hex[:8]}"
-    a = SyntheticSource(spark, f"{root}/sources/a", SCHEMA, ROWS)
-    engine = build(spark, root, cost_model=True, driver_rows=10)
-    engine.define("d", D, strict=True)
-    engine.refresh()
+    engine, a = weighed(spark, warehouse, driver_rows=10)
     for key in (1, 2):
         a.update(f"k = {key}", {"v": "v + 1"})
         assert refreshed(engine)["t"].technique == "incremental"
@@ -356,11 +359,7 @@ def test_a_step_past_its_budget_is_given_up_for_a_rescan_and_its_size_is_not_exp
     default = cost.BUDGET
     monkeypatch.setattr(cost, "FIXED_COST_ROWS", 1)
     monkeypatch.setattr(cost, "BUDGET", 0.0)
-    root = f"{warehouse}/{uuid.uuid4().hex[:8]}"
-    a = SyntheticSource(spark, f"{root}/sources/a", SCHEMA, ROWS)
-    engine = build(spark, root, cost_model=True)
-    engine.define("d", D, strict=True)
-    engine.refresh()
+    engine, a = weighed(spark, warehouse)
     a.insert([(1000 + i, "xyz"[i % 3], i, "w") for i in range(40)])
     assert_rescan(refreshed(engine), "COST", "given up after", "past its budget of 0.0 s")
     steps = engine.table("t").ledger.steps()
@@ -389,11 +388,7 @@ def test_the_first_rescan_for_cost_is_tried_keeping_the_state_unless_measured_at
     monkeypatch.setattr(cost, "FIRST_RUN_OVERSTATES", 1e9)
     if at_size:
         monkeypatch.setattr(cost, "FIXED_COST_ROWS", 1)
-    root = f"{warehouse}/{uuid.uuid4().hex[:8]}"
-    a = SyntheticSource(spark, f"{root}/sources/a", SCHEMA, ROWS)
-    engine = build(spark, root, cost_model=True)
-    engine.define("d", D, strict=True)
-    engine.refresh()
+    engine, a = weighed(spark, warehouse)
     a.update("k = 1", {"v": "v + 1"})
     assert refreshed(engine)["t"].technique == "incremental"  # no incremental step seen yet
     a.update("k = 2", {"v": "v + 1"})

@@ -269,8 +269,7 @@ def replace_output(env: Environment, table, step: Step, full: DataFrame) -> tupl
     previous, since, app, tag = _output_target(env, table, step)
     on_driver = replace_contents(full, table.path, app, step.seq, tag, env.storage_options, env.driver_rows,
                                  change_data_feed=True,
-                                 expected_rows=row_count(table.path, previous, env.storage_options)
-                                 if previous >= 0 else None)
+                                 expected_rows=row_count(table.path, previous, env.storage_options))
     written = version_written(table.path, table.name, step.seq, "output", since, env.storage_options)
     if written is None:
         raise EpochError(f"table {table.name!r}: the write of step {step.seq} is not in the table's history "
