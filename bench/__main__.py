@@ -724,8 +724,13 @@ def _technique(table: dict) -> str:
     if table["technique"] != "rescan":
         return table["technique"]
     code = table["reason"].split(":")[0]
-    return (f"rescan {code}" + (" replaced" if table.get("replaced") else "")
-            + (" after {rows} rows given up at {seconds:.1f} s".format(**table["gave_up"]) if table.get("gave_up") else ""))
+    return f"rescan {code}" + (" replaced" if table.get("replaced") else "") + _given_up(table)
+
+
+def _given_up(table: dict) -> str:
+    """The incremental step given up past its budget before a table's rescan, if one was."""
+    gave_up = table.get("gave_up")
+    return " after {rows} rows given up at {seconds:.1f} s".format(**gave_up) if gave_up else ""
 
 
 def summarize(run: dict) -> list[dict]:
@@ -1118,9 +1123,7 @@ def report_markdown(arguments, runs: list[dict], sweep: list[dict], started: str
             for e in run["epochs"]:
                 for name, t in sorted(e["tables"].items()):
                     speedup = t["recompute_seconds"] / t["incremental_seconds"] if t["incremental_seconds"] else None
-                    reason = f" ({str(t['reason']).split(':')[0]})" if t.get("reason") else ""
-                    if t.get("gave_up"):
-                        reason += " after {rows} rows given up at {seconds:.1f} s".format(**t["gave_up"])
+                    reason = (f" ({str(t['reason']).split(':')[0]})" if t.get("reason") else "") + _given_up(t)
                     lines.append(f"| {run['fraction'] * 100:g}% | {e['index']} | {name} | {t['technique']}{reason} | "
                                  f"{_format(t['incremental_seconds'])} | {_format(t['recompute_seconds'])} | "
                                  f"{_sides(t)} | {_format(speedup, 1)} | {_pair(t, 'task_seconds')} | "
