@@ -51,7 +51,8 @@ Estimates, each a median so that one step slowed by a busy machine does not deci
   rows, was estimated at 28.2 s for 4,000 rows and tried a rescan keeping the state (7.9 s against
   a 3.2 s recompute, `python -m bench.cost_rescans 1`), where a step on the driver of 4,000 rows
   costs a fraction of a second. On the driver the measurement runs under a budget (below); on
-  Spark's path, where steps grew far past linearly, the estimate stands. The rows of a step below FIXED_COST_ROWS count as FIXED_COST_ROWS here too.
+  Spark's path, where steps grew far past linearly, the estimate stands. The rows of a step below
+  FIXED_COST_ROWS count as FIXED_COST_ROWS here too.
   On the driver, steps grow far less than linearly with their rows: at scale 0.1, ten times the
   change rows (0.1% to 1% of orders) took TPC-H Q3 0.66 s to 0.84 s, Q5 0.56 s to 0.62 s, where
   the scaled estimates said 4.0 s and 8.0 s; at scale 1 Q2 took three times as long for ten times
@@ -77,6 +78,7 @@ Estimates, each a median so that one step slowed by a busy machine does not deci
   rescan it favours is run for cost, its state not kept: at a tenth of TPC-H's orders changed at
   scale 10, Q2's step of 40,000 rows took 23.3 s against a 3.4 s recompute, and the try after it,
   on the same change, took 7.0 s, 2.8 s of it the state build (`python -m bench.cost_rescans 10`).
+
 Budget: a step on the driver of more than EXTRAPOLATE times FIXED_COST_ROWS change rows runs only
 as long as a rescan is expected to take (`budget`: BUDGET times a rescan's output seconds, or MARGIN
 times the step's own estimate where that is more), and is then given up for a rescan for cost. It
@@ -266,7 +268,7 @@ def _estimate(history: list, rows: int, spark_path: bool | None, driver_rows: in
     incremental = on_path or computed
     for_cost, rescans = _rescans(history)
     if spark_path and not computed and rescans:  # no incremental step measured on any path
-        output = statistics.median(_rescan_seconds(s, keeps_state=False) for s in rescans)
+        output = _rescan_output_seconds(rescans)
         return Estimate(SPARK_PATH_UNMEASURED * output, output, 0, len(rescans), rows, bool(for_cost),
                         path_measured=False)
     if not rescans:
@@ -274,7 +276,7 @@ def _estimate(history: list, rows: int, spark_path: bool | None, driver_rows: in
     given_up = _given_up(history) if spark_path is False else None
     floor = given_up["seconds"] * rows / max(1, given_up["rows"]) if given_up else 0.0
     given_up_rows = given_up["rows"] if given_up else 0
-    output = statistics.median(_rescan_seconds(s, keeps_state=False) for s in rescans)
+    output = _rescan_output_seconds(rescans)
     rescan = output if for_cost else statistics.median(_rescan_seconds(s, keeps_state=True) for s in rescans)
     largest = max((s.rows_read for s in incremental), default=0)
     if not incremental or (spark_path is False and on_path and rows > EXTRAPOLATE * max(largest, FIXED_COST_ROWS)):
@@ -307,7 +309,7 @@ def budget(history: list, rows: int, found: Estimate | None, spark_path: bool) -
     _, rescans = _rescans(history)
     if not rescans:
         return None
-    output = statistics.median(_rescan_seconds(s, keeps_state=False) for s in rescans)
+    output = _rescan_output_seconds(rescans)
     return max(BUDGET * output, MARGIN * found.incremental if found is not None else 0.0)
 
 
@@ -401,6 +403,11 @@ def favours_rescan_unread(estimate: Estimate | None, margin: float = EARLY) -> b
     """Whether `estimate`, made on the expected rows before the change is read, exceeds the
     rescan's by `margin` (`unread_margin`), enough to rescan without reading the change."""
     return estimate is not None and estimate.incremental > margin * estimate.rescan
+
+
+def _rescan_output_seconds(rescans: list) -> float:
+    """What a rescan for cost is expected to take: the median of the `rescans`' output seconds."""
+    return statistics.median(_rescan_seconds(s, keeps_state=False) for s in rescans)
 
 
 def _rescan_seconds(step, keeps_state: bool) -> float:
