@@ -95,8 +95,9 @@ def _arguments(argv=None) -> argparse.Namespace:
                              "judged against their mean: drift over the epoch cancels per step")
     parser.add_argument("--work", default=os.environ.get("EPOCHAL_BENCH_WORK", "/tmp/epochal-bench"),
                         help="scratch folder: cached TPC-H loads and the warehouses")
-    parser.add_argument("--driver-memory", default="8g",
-                        help="the JVM heap; the recompute oracle shares it (local mode): 8g holds scale 10")
+    parser.add_argument("--driver-memory", default="7g",
+                        help="the JVM heap; the recompute oracle shares it (local mode): 7g holds scale 10 "
+                             "and keeps the driver, Python and JVM together, within 12 GB (bench/RESULTS.md)")
     parser.add_argument("--driver-rows", type=int, default=None,
                         help="Engine(driver_rows=...): 0 sends every read and write through Spark (the path "
                              "before driver commits and shared reads); default the engine's")
