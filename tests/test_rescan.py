@@ -451,7 +451,7 @@ def test_a_rescan_builds_an_aggregate_over_an_aggregate_from_the_lower_state(spa
         ctx.unpersist()
 
 
-@pytest.mark.parametrize("path", ["driver", "spark"])
+@pytest.mark.parametrize("path", ["driver", pytest.param("spark", marks=pytest.mark.long)])  # the Spark twin: make test-long
 def test_a_rescan_replaces_a_table_no_other_reads_once_its_diffs_change_a_large_share(spark, warehouse, path,
                                                                                       monkeypatch):
     """With rescan_fraction at 0.5, every epoch that adds 1 to each of a's values rescans `p` (a
