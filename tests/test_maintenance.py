@@ -13,6 +13,7 @@ import time
 import uuid
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -59,6 +60,7 @@ def _listing(path: str) -> set[str]:
     return {str(p.relative_to(path)) for p in Path(path).rglob("*") if "_delta_log" not in p.parts}
 
 
+@pytest.mark.long  # a copy of the table vacuumed by Delta per example: make test-long, keeping make test within 10 minutes
 @SETTINGS
 @given(partitioned=st.booleans(), feed=st.booleans(), vectors=st.booleans(), operations=OPERATIONS,
        aged=st.lists(st.integers(0, 50), max_size=3), age=st.sampled_from([1.0, 166.5, 167.5, 200.0]),
