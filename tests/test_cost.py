@@ -425,11 +425,12 @@ def test_a_step_on_the_driver_past_fixed_cost_rows_has_a_budget_of_a_rescan():
     assert cost.budget(history, rows, found, spark_path=False) == pytest.approx(cost.MARGIN * found.incremental)
 
 
-def test_a_step_given_up_is_a_floor_and_a_change_of_its_rows_rescans_without_exploring():
-    """Given up at 40,000 rows after 6 s, a change of as many rows rescans for cost, and does not
-    explore after EXPLORE_AFTER rescans; a smaller one is estimated at the floor scaled down (and
-    runs under its budget, exploring as before); a step that finished on at least its rows ends it, as do
-    GIVE_UP_HELD steps after it."""
+def test_a_step_given_up_is_a_floor_and_a_change_of_its_rows_rescans_until_it_explores():
+    """Given up at 40,000 rows after 6 s, a change of as many rows rescans for cost, and explores
+    after EXPLORE_AFTER rescans where the floor is within EARLY of a rescan (its try under the
+    budget again), not past it; a smaller one is estimated at the floor scaled down (and runs under
+    its budget); a step that finished on at least its rows ends it, as do GIVE_UP_HELD steps after
+    it."""
     history = [step("rescan", 7.0, reason="FIRST_RUN"), given_up(40_000, 6.0)]
     same = cost.estimate(history, 40_000, spark_path=False)
     assert same.past_given_up and same.favours_rescan and same.incremental == pytest.approx(6.0)
@@ -437,8 +438,10 @@ def test_a_step_given_up_is_a_floor_and_a_change_of_its_rows_rescans_without_exp
     smaller = cost.estimate(history, 10_000, spark_path=False)
     assert smaller.incremental == pytest.approx(1.5) and not smaller.past_given_up and not smaller.favours_rescan
     history += [step("rescan", 2.0, reason="COST: estimated") for _ in range(cost.EXPLORE_AFTER)]
-    assert cost.estimate(history, 40_000, spark_path=False).favours_rescan  # no exploring at its size
-    assert cost.estimate(history, 10_000, spark_path=False) is None  # below it, exploring as before
+    assert cost.estimate(history, 40_000, spark_path=False) is None  # 6 s against 2 s: within EARLY
+    assert cost.estimate(history, 10_000, spark_path=False) is None
+    far = int(40_000 * (cost.EARLY + 1) * 2.0 / 6.0)
+    assert cost.estimate(history, far, spark_path=False).favours_rescan  # the floor scaled past EARLY
     assert cost.estimate(history, 40_000, spark_path=True).given_up_rows == 0  # the give-up was on the driver
     measured = history + [phased(1.0, 40_000, compute=0.8)]
     assert cost.estimate(measured, 40_000, spark_path=False).given_up_rows == 0

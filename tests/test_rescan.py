@@ -348,14 +348,15 @@ def test_a_large_change_its_steps_found_consolidating_away_is_read_not_rescanned
 
 
 @pytest.mark.long  # measured epochs, as the tests above
-def test_a_step_past_its_budget_is_given_up_for_a_rescan_and_its_size_is_not_explored_again(spark, warehouse,
-                                                                                            monkeypatch):
+def test_a_step_past_its_budget_is_given_up_for_a_rescan_and_its_size_explored_again(spark, warehouse,
+                                                                                     monkeypatch):
     """An incremental step with no estimate (nothing measured near its rows) runs under a budget
     (cost.budget; here 0, and cost.FIXED_COST_ROWS lifted so that 40 rows are past the budget's
     floor): past it, the step is abandoned before it writes anything and the epoch is a rescan for
     COST that keeps no state, exact, with what was given up recorded; `d`, strict, stays
-    incremental. A change of as many rows then rescans for COST on that record; with the budget
-    back at its default, a smaller one rebuilds the state and the next is incremental."""
+    incremental. Changes of as many rows then rescan for COST on that record until EXPLORE_AFTER
+    in a row; with the budget back at its default, the next explores: it rebuilds the state, and
+    the one after is incremental and ends the record."""
     default = cost.BUDGET
     monkeypatch.setattr(cost, "FIXED_COST_ROWS", 1)
     monkeypatch.setattr(cost, "BUDGET", 0.0)
@@ -367,13 +368,19 @@ def test_a_step_past_its_budget_is_given_up_for_a_rescan_and_its_size_is_not_exp
     last = engine.table("t").ledger.last_committed()
     assert last.detail["gave_up"]["rows"] == 40 and last.detail["gave_up"]["budget"] == 0.0, last.detail
     assert (last.detail["state"], last.state_versions) == (reasons.STATE_NOT_KEPT, {})
-    a.insert([(2000 + i, "xyz"[i % 3], i, "w") for i in range(40)])
-    assert_rescan(refreshed(engine), "COST", "one of 40 rows given up past its budget")
+    for batch in range(2, cost.EXPLORE_AFTER + 1):
+        a.insert([(1000 * batch + i, "xyz"[i % 3], i, "w") for i in range(40)])
+        assert_rescan(refreshed(engine), "COST", "one of 40 rows given up past its budget")
     monkeypatch.setattr(cost, "BUDGET", default)
-    a.insert([(3000 + i, "xyz"[i % 3], i, "w") for i in range(10)])
+    a.insert([(8000 + i, "xyz"[i % 3], i, "w") for i in range(40)])
     assert_rescan(refreshed(engine), "STATE_MISSING", reasons.NOT_KEPT)
-    a.insert([(4000 + i, "xyz"[i % 3], i, "w") for i in range(10)])
+    a.insert([(9000 + i, "xyz"[i % 3], i, "w") for i in range(40)])
     assert {r.technique for r in refreshed(engine).values()} == {"incremental"}
+    a.insert([(10_000 + i, "xyz"[i % 3], i, "w") for i in range(40)])
+    reports = refreshed(engine)
+    assert {r.technique for r in reports.values()} == {"incremental"}, {n: r.reason for n, r in reports.items()}
+    history = engine.table("t").ledger.committed()
+    assert cost.estimate(history, 40, spark_path=False).given_up_rows == 0
 
 
 @pytest.mark.parametrize("at_size", [False, True], ids=["scaled", "at_size"])

@@ -91,7 +91,10 @@ recompute (bench/RESULTS.md). The step checks its budget as each node's change b
 Its rows and seconds (`gave_up`, in the rescan's detail) are a floor, scaled linearly with the
 rows, for the estimates of the next GIVE_UP_HELD steps that compute anything (a day of hourly
 epochs), until a step finishes on at least its rows; a change of at least its rows rescans for
-cost and does not explore.
+cost. It explores as any rescans for cost do (after EXPLORE_AFTER in a row, within EARLY), each
+try under its budget again: a step slowed once (a busy machine, its local copies evicted) must not
+hold a table at rescans for a day of epochs whose steps would have cost a fraction of one (the
+day at scale 10, Q5, bench/RESULTS.md).
 
 A rescan is chosen when the incremental estimate exceeds the rescan's by MARGIN, so noise does not
 make a table flap between techniques. After EXPLORE_AFTER rescans for cost in a row, one step runs
@@ -166,7 +169,8 @@ class Estimate:
 
     @property
     def past_given_up(self) -> bool:
-        """A step of at least this change's rows was given up, past its budget: it is not run again."""
+        """A step of at least this change's rows was given up, past its budget: it rescans until it
+        explores (`explores`)."""
         return 0 < self.given_up_rows <= self.rows
 
     @property
@@ -254,8 +258,6 @@ def explores(found: Estimate | None, spark_path: bool | None, read: bool) -> boo
     epoch, and the epoch took twice its recompute (bench/RESULTS.md)."""
     if found is None:
         return True
-    if found.past_given_up:
-        return False
     if not read and spark_path is False:
         return True
     return found.path_measured and found.incremental <= EARLY * found.rescan
