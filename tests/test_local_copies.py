@@ -183,6 +183,38 @@ def test_copies_stay_within_their_disk_budget_dropping_the_least_recently_read(t
     assert [p.name for p in (tmp_path / "copies").glob("*/*.tmp")] == ["being-written.arrow.tmp"]
 
 
+def test_a_new_copy_does_not_displace_those_read_in_the_latest_refreshes(tmp_path):
+    """Once at their budget, copies read since the start of the last PROTECTED_REFRESHES
+    refreshes stay: a new file's copy is not made (`over_budget`, counted once a refresh, the file
+    read as Parquet), where least-recently-read eviction would drop a copy the next epoch reads
+    again. A copy not read for that long gives way to it, and the refreshes' starts outlive the
+    process that marked them."""
+    folders = []
+    for index in range(3):
+        folder = tmp_path / f"file{index}"
+        folder.mkdir()
+        folders.append(_file(str(folder), list(range(2_000)), date=False))
+    one = os.path.getsize(LocalCopies(str(tmp_path / "probe")).make(*folders[0][:2], "k"))
+    metadata = folders[0][1].metadata
+    expected = sum(metadata.row_group(i).total_byte_size for i in range(metadata.num_row_groups))  # a new copy's
+    copies = LocalCopies(str(tmp_path / "copies"), max_bytes=one + expected + one // 4)  # two fit, not three
+    copies.give_way()
+    made = [copies.make(path, fragment, "k") for path, fragment, _ in folders[:2]]
+    copies.give_way()
+    assert copies.make(*folders[2][:2], "k") is None
+    assert copies.rows(*folders[2][:2], "k", np.array([3], np.int64), False, ["v"]) is None  # read as Parquet
+    assert all(os.path.exists(copy) for copy in made)
+    assert copies.take_counts() == {"made": 2, "over_budget": 1}
+    later = LocalCopies(str(tmp_path / "copies"), max_bytes=copies.max_bytes)  # the next process
+    later.give_way()
+    time.sleep(0.01)
+    found = later.rows(*folders[1][:2], "k", np.array([3], np.int64), False, ["v"])
+    assert found.column("v").to_pylist() == [3]
+    assert later.make(*folders[2][:2], "k") is not None  # the copy read two refreshes ago gives way
+    assert not os.path.exists(made[0]) and os.path.exists(made[1])
+    assert later.take_counts() == {"made": 1, "evicted": 1}
+
+
 def test_copies_give_way_to_the_free_disk_they_share(tmp_path):
     """The copies take at most `share_of_free` of their bytes and the free disk together, so a
     warehouse on the same disk that grows makes them give way, at the start of a refresh as well

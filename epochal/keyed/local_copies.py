@@ -21,7 +21,15 @@ warehouse, whose writes must not fail for a cache: in TPC-H at scale 10 the copi
 after the first epoch, and at a tenth of the orders changed a source's MERGE failed for want of
 disk in the third epoch, bench/RESULTS.md), the least
 recently read dropped first, and an arrangement's rebuild deletes the copies of the files it
-replaced (`prune`). Each arrangement's copies live in a folder of their own. A copy and its bounds
+replaced (`prune`). A new copy does not displace those read in the latest PROTECTED_REFRESHES
+refreshes (their start times are kept in the folder, for the next process): where the rest would
+not make room for it, it is not made (counted `over_budget`, its file read as Parquet until the
+next refresh). Keyed reads come back to the same files every epoch, and least-recently-read
+eviction alone, once they outgrow the budget, drops exactly the copies the next epoch reads, so
+its steps made them again every epoch (a day at scale 10: 14 to 27 copies made an epoch, TPC-H
+Q17's step many times slower, bench/RESULTS.md); kept out this way, the files that do not fit are
+read the slower way each epoch and the rest stay, as in a scan-resistant cache. Only the refresh's
+start gives way past them, for the free disk the warehouse needs. Each arrangement's copies live in a folder of their own. A copy and its bounds
 are each written under a temporary name, flushed to disk and renamed, bounds first, so a crash
 leaves either both, or no copy (an orphaned bounds file is overwritten by the next copy). A copy
 is not made where less than MIN_FREE_BYTES would stay free (the folder may share its disk with the
@@ -62,6 +70,8 @@ CACHED_BOUNDS = 4_096  # copies whose bounds are kept in memory (32 bytes a batc
 RETRY_SECONDS = 600  # a file whose copy failed is read as Parquet this long, then copied again
 MIN_FREE_BYTES = 2 << 30  # free disk a copy must leave (the folder may share its disk with the warehouse)
 SHARE_OF_FREE = 0.5  # the copies take at most this share of their bytes and the free disk together
+PROTECTED_REFRESHES = 2  # a new copy does not displace copies read since the start of this many refreshes
+REFRESH_STARTS = "refresh_starts"  # in the folder: the latest refreshes' start times, one a line
 _INT64 = np.iinfo(np.int64)
 
 
@@ -429,12 +439,14 @@ class LocalCopies:
         self._bounds: collections.OrderedDict = collections.OrderedDict()  # copy -> (lows, highs, nulls, rows) per block
         self._making: dict[str, threading.Lock] = {}
         self._failed: dict[str, float] = {}  # copies that could not be made -> when (read as Parquet meanwhile)
-        self._counts: collections.Counter = collections.Counter()  # since take_counts: made, failed, no_room, evicted
+        self._counts: collections.Counter = collections.Counter()  # since take_counts: made, failed, no_room, ...
         self._guard = threading.Lock()
+        self._over_budget: set[str] = set()  # copies not made in this refresh (`_admits`)
 
     def take_counts(self) -> dict[str, int]:
-        """Copies made, failed, not made for want of free disk and dropped for the disk budget
-        since the last call: a read falls back to Parquet where there is no copy, slower but the
+        """Copies made, failed, not made for want of free disk (`no_room`) or of room in their
+        budget beside the copies read in the latest refreshes (`over_budget`, once a file a
+        refresh), and dropped for the budget (`evicted`) since the last call: a read falls back to Parquet where there is no copy, slower but the
         same rows, and a dropped copy is made again by the next read that needs it, so each is
         counted for the refresh's reports rather than shown in a log line only."""
         with self._guard:
@@ -493,6 +505,15 @@ class LocalCopies:
                         self.min_free_bytes >> 20, self.directory)
             self._count("no_room")
             return None
+        if target in self._over_budget:
+            return None
+        if not self._admits(fragment):
+            log.info("no local copy of %s in this refresh: the copies read in the latest %d refreshes fill their "
+                     "budget under %s; it is read as Parquet", path, PROTECTED_REFRESHES, self.directory)
+            with self._guard:
+                self._over_budget.add(target)
+            self._count("over_budget")
+            return None
         with self._guard:
             making = self._making.setdefault(target, threading.Lock())
         with making:
@@ -508,8 +529,51 @@ class LocalCopies:
                 return None
             self._failed.pop(target, None)
             self._count("made")
-        self._evict()
+        self._evict(protected_since=self._protected_since())
         return target
+
+    def _admits(self, fragment) -> bool:
+        """Whether a copy of `fragment` fits in the budget beside the copies read since
+        `_protected_since` (the module's docstring), its size taken as the file's uncompressed
+        bytes; always before any refresh was marked."""
+        since = self._protected_since()
+        if since is None:
+            return True
+        try:
+            sizes = self._sizes()
+            budget = self._budget(sum(size for _, size in sizes.values()))
+            expected = sum(group.total_byte_size for group in
+                           (fragment.metadata.row_group(i) for i in range(fragment.metadata.num_row_groups)))
+        except (OSError, AttributeError, pa.ArrowException):
+            return True
+        return sum(size for read, size in sizes.values() if read >= since) + expected <= budget
+
+    def _protected_since(self) -> float | None:
+        """The start of the oldest of the latest PROTECTED_REFRESHES refreshes (`give_way` marks
+        them); None before any."""
+        starts = self._refresh_starts()
+        return starts[-PROTECTED_REFRESHES:][0] if starts else None
+
+    def _refresh_starts(self) -> list[float]:
+        try:
+            with open(os.path.join(self.directory, REFRESH_STARTS)) as marks:
+                return [float(line) for line in marks if line.strip()]
+        except (OSError, ValueError):
+            return []
+
+    def _mark_refresh(self) -> None:
+        """Record that a refresh starts now, among the latest PROTECTED_REFRESHES."""
+        starts = (self._refresh_starts() + [time.time()])[-PROTECTED_REFRESHES:]
+        marks = os.path.join(self.directory, REFRESH_STARTS)
+        temporary = f"{marks}.{os.getpid()}.{uuid.uuid4().hex}.tmp"
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+            with open(temporary, "w") as out:
+                out.write("".join(f"{start!r}\n" for start in starts))
+            os.replace(temporary, marks)
+        except OSError as error:
+            log.warning("the start of this refresh was not recorded under %s (%s); copies read in the last "
+                        "refresh may give way to new ones", self.directory, error)
 
     def _copy(self, fragment, key: str, target: str) -> None:
         os.makedirs(os.path.dirname(target), exist_ok=True)
@@ -635,29 +699,42 @@ class LocalCopies:
 
     def give_way(self) -> None:
         """Keep the copies within their budget as the free disk shrinks under them (the
-        warehouse's writes; the module's docstring): called at the start of every refresh."""
+        warehouse's writes; the module's docstring), the least recently read first whenever they
+        were read, and mark a refresh's start: called at the start of every refresh."""
         self._evict()
+        self._mark_refresh()
+        with self._guard:
+            self._over_budget.clear()
 
-    def _evict(self) -> None:
-        """Drop the least recently read copies while they take more than `max_bytes`, or more
-        than `share_of_free` of their bytes and the free disk together, and what a killed process
-        left half written an hour ago or more."""
+    def _sizes(self) -> dict[str, tuple[float, int]]:
+        """Each copy's last read (its mtime) and bytes; and what a killed process left half
+        written an hour ago or more is deleted."""
+        if not os.path.isdir(self.directory):
+            return {}
+        entries = [e for folder in os.scandir(self.directory) if folder.is_dir() for e in os.scandir(folder.path)]
+        sizes = {e.path: (stat.st_mtime, stat.st_size) for e in entries if e.name.endswith(".arrow")
+                 for stat in (e.stat(),)}
+        for entry in entries:
+            if entry.name.endswith(".tmp") and entry.stat().st_mtime < time.time() - ABANDONED_SECONDS:
+                os.remove(entry.path)
+        return sizes
+
+    def _budget(self, total: int) -> int:
+        """The copies' budget with `total` bytes of them: `max_bytes`, or `share_of_free` of
+        their bytes and the free disk together where that is less."""
+        return min(self.max_bytes, int(self.share_of_free * (total + shutil.disk_usage(self.directory).free)))
+
+    def _evict(self, protected_since: float | None = None) -> None:
+        """Drop the least recently read copies while they exceed their budget (`_budget`), those
+        read since `protected_since` excepted."""
         try:
-            if not os.path.isdir(self.directory):
-                return
-            entries = [e for folder in os.scandir(self.directory) if folder.is_dir() for e in os.scandir(folder.path)]
-            sizes = {e.path: (stat.st_mtime, stat.st_size) for e in entries if e.name.endswith(".arrow")
-                     for stat in (e.stat(),)}
-            for entry in entries:
-                if entry.name.endswith(".tmp") and entry.stat().st_mtime < time.time() - ABANDONED_SECONDS:
-                    os.remove(entry.path)
-            free = shutil.disk_usage(self.directory).free
+            sizes = self._sizes()
+            total = sum(size for _, size in sizes.values())
+            budget = self._budget(total) if sizes else 0
         except OSError:
             return
-        total = sum(size for _, size in sizes.values())
-        budget = min(self.max_bytes, int(self.share_of_free * (total + free)))
-        for target, (_, size) in sorted(sizes.items(), key=lambda item: item[1][0]):
-            if total <= budget:
+        for target, (read, size) in sorted(sizes.items(), key=lambda item: item[1][0]):
+            if total <= budget or (protected_since is not None and read >= protected_since):
                 break
             self._drop(target)
             self._count("evicted")
