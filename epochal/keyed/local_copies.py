@@ -1,40 +1,39 @@
-"""Local copies: each arrangement data file that keyed reads use, copied once to the driver's
-disk as an Arrow IPC file (a few large record batches, their fixed-width columns packed row by
-row: packed_rows.py), with the key bounds of every block of BATCH_ROWS rows (and its rows:
+"""Local copies: each arrangement data file that keyed reads use, copied once to the driver's disk
+as an Arrow IPC file (a few large record batches, their fixed-width columns packed row by row:
+packed_rows.py), with the key bounds of every block of BATCH_ROWS rows (and its rows:
 `certain_rows` refuses a read too large before it is made) beside it.
 
-A keyed read of Parquet decodes every row group that may hold one of its keys, each column chunk
-of it, at a fixed cost a chunk whatever its rows (so smaller row groups are no faster). Random
-keys touch a row group each, so that read grows with the table. A copy is memory-mapped and not
-decoded: a read gathers the key values of the blocks whose bounds admit a key, and takes the rows
-that hold one (`python -m bench.arrangement_reads`; figures in bench/RESULTS.md). The blocks are
-ranges of rows, not record batches: random keys admit most blocks of a large file, and a batch
-each cost a call per block (`python -m bench.step_profile 1 $(seq 1 22) --together --by-self`
-showed those calls and the copying of every admitted row as the largest cost of a TPC-H epoch's
-steps). Like Databricks' disk cache,
-a copy is derived from an immutable file (a Delta data file is never rewritten, so its path names
-its contents): a missing copy is made again by the next read that needs it, a damaged one is
-deleted and its file read as Parquet, the copies are bounded by COPY_BYTES on disk and by the free
-disk they leave (at most SHARE_OF_FREE of their bytes and the free disk together, checked as each
-copy is made and at the start of every refresh, `give_way`: the folder may share its disk with the
-warehouse, whose writes must not fail for a cache: in TPC-H at scale 10 the copies took 31 GB
-after the first epoch, and at a tenth of the orders changed a source's MERGE failed for want of
-disk in the third epoch, bench/RESULTS.md), the least
-recently read dropped first, and an arrangement's rebuild deletes the copies of the files it
-replaced (`prune`). A new copy does not displace those read in the latest PROTECTED_REFRESHES
-refreshes (their start times are kept in the folder, for the next process): where the rest would
-not make room for it, it is not made (counted `over_budget`, its file read as Parquet until the
-next refresh). Keyed reads come back to the same files every epoch, and least-recently-read
-eviction alone, once they outgrow the budget, drops exactly the copies the next epoch reads, so
-its steps made them again every epoch (a day at scale 10: 14 to 27 copies made an epoch, TPC-H
-Q17's step many times slower, bench/RESULTS.md); kept out this way, the files that do not fit are
-read the slower way each epoch and the rest stay, as in a scan-resistant cache. Only the refresh's
-start gives way past them, for the free disk the warehouse needs. Each arrangement's copies live in a folder of their own. A copy and its bounds
-are each written under a temporary name, flushed to disk and renamed, bounds first, so a crash
-leaves either both, or no copy (an orphaned bounds file is overwritten by the next copy). A copy
-is not made where less than MIN_FREE_BYTES would stay free (the folder may share its disk with the
-warehouse), and one that failed is tried again after RETRY_SECONDS; each such fallback to Parquet
-is counted (`take_counts`) for the refresh's reports.
+A keyed read of Parquet decodes every row group that may hold one of its keys, each column chunk of
+it, at a fixed cost a chunk whatever its rows (so smaller row groups are no faster). Random keys
+touch a row group each, so that read grows with the table. A copy is memory-mapped and not decoded:
+a read gathers the key values of the blocks whose bounds admit a key, and takes the rows that hold
+one (`python -m bench.arrangement_reads`; figures in bench/RESULTS.md). The blocks are ranges of
+rows, not record batches: random keys admit most blocks of a large file, and a batch each cost a
+call per block (`python -m bench.step_profile 1 $(seq 1 22) --together --by-self` showed those
+calls and the copying of every admitted row as the largest cost of a TPC-H epoch's steps). Like
+Databricks' disk cache, a copy is derived from an immutable file (a Delta data file is never
+rewritten, so its path names its contents): a missing copy is made again by the next read that
+needs it, a damaged one is deleted and its file read as Parquet, the copies are bounded by
+COPY_BYTES on disk and by the free disk they leave (at most SHARE_OF_FREE of their bytes and the
+free disk together, checked as each copy is made and at the start of every refresh, `give_way`: the
+folder may share its disk with the warehouse, whose writes must not fail for a cache: in TPC-H at
+scale 10 the copies took 31 GB after the first epoch, and at a tenth of the orders changed a
+source's MERGE failed for want of disk in the third epoch, bench/RESULTS.md), the least recently
+read dropped first, and an arrangement's rebuild deletes the copies of the files it replaced
+(`prune`). A new copy does not displace those read in the latest PROTECTED_REFRESHES refreshes
+(their start times are kept in the folder, for the next process): where the rest would not make
+room for it, it is not made (counted `over_budget`, its file read as Parquet until the next
+refresh). Keyed reads come back to the same files every epoch, and least-recently-read eviction
+alone, once they outgrow the budget, drops exactly the copies the next epoch reads, so its steps
+made them again every epoch (a day at scale 10: 14 to 27 copies made an epoch, TPC-H Q17's step
+many times slower, bench/RESULTS.md); kept out this way, the files that do not fit are read the
+slower way each epoch and the rest stay, as in a scan-resistant cache. Only the refresh's start
+gives way past them, for the free disk the warehouse needs. Each arrangement's copies live in a
+folder of their own. A copy and its bounds are each written under a temporary name, flushed to disk
+and renamed, bounds first, so a crash leaves either both, or no copy (an orphaned bounds file is
+overwritten by the next copy). A copy is not made where less than MIN_FREE_BYTES would stay free
+(the folder may share its disk with the warehouse), and one that failed is tried again after
+RETRY_SECONDS; each such fallback to Parquet is counted (`take_counts`) for the refresh's reports.
 """
 
 from __future__ import annotations
@@ -446,9 +445,10 @@ class LocalCopies:
     def take_counts(self) -> dict[str, int]:
         """Copies made, failed, not made for want of free disk (`no_room`) or of room in their
         budget beside the copies read in the latest refreshes (`over_budget`, once a file a
-        refresh), and dropped for the budget (`evicted`) since the last call: a read falls back to Parquet where there is no copy, slower but the
-        same rows, and a dropped copy is made again by the next read that needs it, so each is
-        counted for the refresh's reports rather than shown in a log line only."""
+        refresh), and dropped for the budget (`evicted`) since the last call: a read falls back
+        to Parquet where there is no copy, slower but the same rows, and a dropped copy is made
+        again by the next read that needs it, so each is counted for the refresh's reports rather
+        than shown in a log line only."""
         with self._guard:
             counts, self._counts = dict(self._counts), collections.Counter()
         return counts
