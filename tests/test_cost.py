@@ -429,8 +429,8 @@ def test_a_step_given_up_is_a_floor_and_a_change_of_its_rows_rescans_until_it_ex
     """Given up at 40,000 rows after 6 s, a change of as many rows rescans for cost, and explores
     after EXPLORE_AFTER rescans where the floor is within EARLY of a rescan (its try under the
     budget again), not past it; a smaller one is estimated at the floor scaled down (and runs under
-    its budget); a step that finished on at least its rows ends it, as do GIVE_UP_HELD steps after
-    it."""
+    its budget); a step that finished on at least its rows, or on fewer at a lower cost a row,
+    ends it, as do GIVE_UP_HELD steps after it."""
     history = [step("rescan", 7.0, reason="FIRST_RUN"), given_up(40_000, 6.0)]
     same = cost.estimate(history, 40_000, spark_path=False)
     assert same.past_given_up and same.favours_rescan and same.incremental == pytest.approx(6.0)
@@ -445,7 +445,9 @@ def test_a_step_given_up_is_a_floor_and_a_change_of_its_rows_rescans_until_it_ex
     assert cost.estimate(history, 40_000, spark_path=True).given_up_rows == 0  # the give-up was on the driver
     measured = history + [phased(1.0, 40_000, compute=0.8)]
     assert cost.estimate(measured, 40_000, spark_path=False).given_up_rows == 0
-    smaller_since = history + [phased(1.0, 10_000, compute=0.8)]
+    smaller_since = history + [phased(2.0, 10_000, compute=1.8)]  # dearer a row than the step given up
     assert cost.estimate(smaller_since, 40_000, spark_path=False).past_given_up
+    cheaper_since = history + [phased(1.0, 10_000, compute=0.8)]  # the step given up was slowed
+    assert cost.estimate(cheaper_since, 40_000, spark_path=False).given_up_rows == 0
     aged = history + [step("rescan", 2.0, reason="COST: estimated") for _ in range(cost.GIVE_UP_HELD)]
     assert cost.estimate(aged, 40_000, spark_path=False) is None

@@ -90,8 +90,8 @@ recompute (bench/RESULTS.md). The step checks its budget as each node's change b
 (`Context.budget`), so it overruns by at most one node's own work, and nothing is written by then.
 Its rows and seconds (`gave_up`, in the rescan's detail) are a floor, scaled linearly with the
 rows, for the estimates of the next GIVE_UP_HELD steps that compute anything (a day of hourly
-epochs), until a step finishes on at least its rows; a change of at least its rows rescans for
-cost. It explores as any rescans for cost do (after EXPLORE_AFTER in a row, within EARLY), each
+epochs), until a step finishes on at least its rows, or on fewer at a lower cost a row; a change
+of at least its rows rescans for cost. It explores as any rescans for cost do (after EXPLORE_AFTER in a row, within EARLY), each
 try under its budget again: a step slowed once (a busy machine, its local copies evicted) must not
 hold a table at rescans for a day of epochs whose steps would have cost a fraction of one (the
 day at scale 10, Q5, bench/RESULTS.md).
@@ -317,15 +317,17 @@ def budget(history: list, rows: int, found: Estimate | None, spark_path: bool) -
 
 def _given_up(history: list) -> dict | None:
     """The newest step given up past its budget (its `gave_up`: rows and seconds) among the last
-    GIVE_UP_HELD steps that computed anything, unless a step that finished on at least its rows
-    came after it."""
-    finished = 0
+    GIVE_UP_HELD steps that computed anything, unless a step that finished after it refutes it:
+    one on at least its rows, or one cheaper a row than it (steps grow less than linearly with
+    their rows, so a smaller step cheaper a row says the step given up was slowed, not large)."""
+    finished = []
     for step in reversed(_last(history, _working, GIVE_UP_HELD)):
         gave_up = (step.detail or {}).get("gave_up")
-        if gave_up and gave_up["rows"] > finished:
+        if gave_up and not any(rows >= gave_up["rows"] or seconds * gave_up["rows"] < gave_up["seconds"] * rows
+                               for rows, seconds in finished):
             return gave_up
         if _computed(step):
-            finished = max(finished, step.rows_read)
+            finished.append((step.rows_read, step.seconds))
     return None
 
 
