@@ -24,7 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from epochal.keyed.file_pruning import as_integers, expected_rows_in_row_groups
-from epochal.keyed.local_copies import LocalCopies, MappedCopy, absent_pages
+from epochal.keyed.local_copies import PROTECTED_REFRESHES, LocalCopies, MappedCopy, absent_pages
 
 KEYS = st.lists(st.one_of(st.none(), st.integers(-40, 40)), min_size=1, max_size=300)
 
@@ -206,11 +206,15 @@ def test_a_new_copy_does_not_displace_those_read_in_the_latest_refreshes(tmp_pat
     assert all(os.path.exists(copy) for copy in made)
     assert copies.take_counts() == {"made": 2, "over_budget": 1}
     later = LocalCopies(str(tmp_path / "copies"), max_bytes=copies.max_bytes)  # the next process
+    for _ in range(PROTECTED_REFRESHES - 2):  # file 1 read in each of them, file 0 in none
+        later.give_way()
+        time.sleep(0.01)
+        found = later.rows(*folders[1][:2], "k", np.array([3], np.int64), False, ["v"])
+        assert found.column("v").to_pylist() == [3]
+        assert later.make(*folders[2][:2], "k") is None
+    assert later.take_counts() == {"over_budget": PROTECTED_REFRESHES - 2}
     later.give_way()
-    time.sleep(0.01)
-    found = later.rows(*folders[1][:2], "k", np.array([3], np.int64), False, ["v"])
-    assert found.column("v").to_pylist() == [3]
-    assert later.make(*folders[2][:2], "k") is not None  # the copy read two refreshes ago gives way
+    assert later.make(*folders[2][:2], "k") is not None  # the copy unread for as many refreshes gives way
     assert not os.path.exists(made[0]) and os.path.exists(made[1])
     assert later.take_counts() == {"made": 1, "evicted": 1}
 

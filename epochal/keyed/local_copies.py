@@ -23,17 +23,20 @@ read dropped first, and an arrangement's rebuild deletes the copies of the files
 (`prune`). A new copy does not displace those read in the latest PROTECTED_REFRESHES refreshes
 (their start times are kept in the folder, for the next process): where the rest would not make
 room for it, it is not made (counted `over_budget`, its file read as Parquet until the next
-refresh). Keyed reads come back to the same files every epoch, and least-recently-read eviction
-alone, once they outgrow the budget, drops exactly the copies the next epoch reads, so its steps
-made them again every epoch (a day at scale 10: 14 to 27 copies made an epoch, TPC-H Q17's step
-many times slower, bench/RESULTS.md); kept out this way, the files that do not fit are read the
-slower way each epoch and the rest stay, as in a scan-resistant cache. Only the refresh's start
-gives way past them, for the free disk the warehouse needs. Each arrangement's copies live in a
-folder of their own. A copy and its bounds are each written under a temporary name, flushed to disk
-and renamed, bounds first, so a crash leaves either both, or no copy (an orphaned bounds file is
-overwritten by the next copy). A copy is not made where less than MIN_FREE_BYTES would stay free
-(the folder may share its disk with the warehouse), and one that failed is tried again after
-RETRY_SECONDS; each such fallback to Parquet is counted (`take_counts`) for the refresh's reports.
+refresh). Keyed reads of random keys touch a different share of an arrangement's files every epoch,
+and all of them within a few; once they outgrow the budget, least-recently-read eviction drops
+copies the next epochs read, and their steps make them again, a whole file each (a day at scale 10:
+14 to 27 copies made an epoch, TPC-H Q17's step many times slower; protecting the last two
+refreshes only, 11 evicted and 19 made in the second hourly epoch, bench/RESULTS.md). Kept out this
+way, the files that do not fit are read as Parquet, the row groups holding a key only, and the rest
+stay, as in a scan-resistant cache; a copy unread for a day of hourly refreshes (an arrangement no
+table reads any more) gives way to new ones. Only the refresh's start gives way past them, for the
+free disk the warehouse needs. Each arrangement's copies live in a folder of their own. A copy and
+its bounds are each written under a temporary name, flushed to disk and renamed, bounds first, so a
+crash leaves either both, or no copy (an orphaned bounds file is overwritten by the next copy). A
+copy is not made where less than MIN_FREE_BYTES would stay free (the folder may share its disk with
+the warehouse), and one that failed is tried again after RETRY_SECONDS; each such fallback to
+Parquet is counted (`take_counts`) for the refresh's reports.
 """
 
 from __future__ import annotations
@@ -69,7 +72,7 @@ CACHED_BOUNDS = 4_096  # copies whose bounds are kept in memory (32 bytes a batc
 RETRY_SECONDS = 600  # a file whose copy failed is read as Parquet this long, then copied again
 MIN_FREE_BYTES = 2 << 30  # free disk a copy must leave (the folder may share its disk with the warehouse)
 SHARE_OF_FREE = 0.5  # the copies take at most this share of their bytes and the free disk together
-PROTECTED_REFRESHES = 2  # a new copy does not displace copies read since the start of this many refreshes
+PROTECTED_REFRESHES = 24  # a new copy does not displace copies read since the start of this many refreshes
 REFRESH_STARTS = "refresh_starts"  # in the folder: the latest refreshes' start times, one a line
 _INT64 = np.iinfo(np.int64)
 
