@@ -45,6 +45,15 @@ def _file(folder, keys: list, date: bool, ordered: bool = True):
     return path, next(iter(ds.dataset(path, format="parquet").get_fragments())), table
 
 
+def _files(folder, count: int) -> list:
+    """`count` files of keys 0 to 1,999, each in a folder of its own under `folder` (a table each)."""
+    made = []
+    for index in range(count):
+        (folder / f"file{index}").mkdir()
+        made.append(_file(str(folder / f"file{index}"), list(range(2_000)), date=False))
+    return made
+
+
 def _read(copies, path, fragment, table, wanted: list, nulls: bool):
     values = pa.array(wanted, table.schema.field("K").type)
     rows = copies.rows(path, fragment, "k", np.sort(as_integers(values)), nulls, ["v", "K", "s"])
@@ -159,11 +168,7 @@ def test_a_file_that_could_not_be_copied_is_copied_again_after_a_while(tmp_path)
 
 def test_copies_stay_within_their_disk_budget_dropping_the_least_recently_read(tmp_path):
     """And what a killed process left half written an hour ago is deleted; what one writes now is not."""
-    folders = []
-    for index in range(4):
-        folder = tmp_path / f"file{index}"
-        folder.mkdir()
-        folders.append(_file(str(folder), list(range(2_000)), date=False))
+    folders = _files(tmp_path, 4)
     one = os.path.getsize(LocalCopies(str(tmp_path / "probe")).make(*folders[0][:2], "k"))
     copies = LocalCopies(str(tmp_path / "copies"), max_bytes=2 * one + one // 2)
     writing = copies._folder(os.path.dirname(folders[0][0]))
@@ -189,11 +194,7 @@ def test_a_new_copy_does_not_displace_those_read_in_the_latest_refreshes(tmp_pat
     read as Parquet), where least-recently-read eviction would drop a copy the next epoch reads
     again. A copy not read for that long gives way to it, and the refreshes' starts outlive the
     process that marked them."""
-    folders = []
-    for index in range(3):
-        folder = tmp_path / f"file{index}"
-        folder.mkdir()
-        folders.append(_file(str(folder), list(range(2_000)), date=False))
+    folders = _files(tmp_path, 3)
     one = os.path.getsize(LocalCopies(str(tmp_path / "probe")).make(*folders[0][:2], "k"))
     metadata = folders[0][1].metadata
     expected = sum(metadata.row_group(i).total_byte_size for i in range(metadata.num_row_groups))  # a new copy's
@@ -223,11 +224,7 @@ def test_copies_give_way_to_the_free_disk_they_share(tmp_path):
     """The copies take at most `share_of_free` of their bytes and the free disk together, so a
     warehouse on the same disk that grows makes them give way, at the start of a refresh as well
     as when a copy is made."""
-    folders = []
-    for index in range(3):
-        folder = tmp_path / f"file{index}"
-        folder.mkdir()
-        folders.append(_file(str(folder), list(range(2_000)), date=False))
+    folders = _files(tmp_path, 3)
     roomy = LocalCopies(str(tmp_path / "copies"), share_of_free=1.0)
     made = [roomy.make(path, fragment, "k") for path, fragment, _ in folders]
     roomy.give_way()
