@@ -87,6 +87,20 @@ def test_the_rebuild_after_rescans_for_cost_counts_as_one_and_the_next_step_expl
     assert cost.estimate(history + costly + [rebuilt, step("incremental", 8.0, 100)], 100).favours_rescan
 
 
+def test_the_step_after_a_rebuild_runs_incrementally_on_the_driver_whatever_its_rows():
+    """Else the rebuild was for nothing: a change far past the give-up's floor still runs (under
+    its budget); one that is Spark's, which no budget bounds, is weighed as any other."""
+    history = [step("rescan", 7.0, reason="FIRST_RUN"), given_up(40_000, 6.0)]
+    history += [step("rescan", 2.0, reason="COST: estimated") for _ in range(cost.EXPLORE_AFTER - 2)]
+    history.append(step("rescan", 6.0, reason=f"STATE_MISSING: {reasons.NOT_KEPT}, which is to run incrementally"))
+    far = int(40_000 * (cost.EARLY + 1) * 2.0 / 6.0)
+    assert cost.estimate(history, far, spark_path=False) is None
+    assert cost.estimate(history, far, spark_path=False, read=False) is None
+    assert cost.budget(history, far, None, spark_path=False) == pytest.approx(2.0)
+    assert cost.estimate(history, far, spark_path=True).favours_rescan
+    assert cost.estimate(history + [step("rescan", 2.0, reason="COST: estimated")], far, spark_path=False).favours_rescan
+
+
 def test_a_rescan_for_cost_is_estimated_without_building_its_state_and_a_try_with_it():
     """A rescan for cost writes the output only; a try keeps the state, so it is expected to cost
     the whole of a past rescan and is taken only when that wins by the margin."""
