@@ -40,13 +40,7 @@ l_suppkey's copies took 8 GiB for 20 keys an epoch, a row group or two each, whi
 o_orderkey's newer files, kept out, decoded 3,500 row groups an epoch; bench/RESULTS.md). A file's
 uses are kept beside its copy (`<copy>.uses`), through its eviction, until its table drops it. Only
 the refresh's start gives way past them, the least worth first, for the free disk the warehouse
-needs. A read makes its file's copy only once reads used RENT_SHARE of the file's row groups in
-those refreshes (`_earned`; counted `few_uses` until then): without it, a file read for one row
-group, its copy evicted for one of more worth, was copied again whole by its next read wherever an
-appended file's few megabytes had freed room, and the day at scale 10 made 19-29 copies an epoch,
-most of them half a gigabyte, its steps stalled on the disk (bench/RESULTS.md). An arrangement's
-build copies its files as before, where they fit. Each arrangement's copies live in a folder of
-their own. A copy and
+needs. Each arrangement's copies live in a folder of their own. A copy and
 its bounds are each written under a temporary name, flushed to disk and renamed, bounds first, so a
 crash leaves either both, or no copy (an orphaned bounds file is overwritten by the next copy). A
 copy is not made where less than MIN_FREE_BYTES would stay free (the folder may share its disk with
@@ -89,7 +83,6 @@ MIN_FREE_BYTES = 2 << 30  # free disk a copy must leave (the folder may share it
 SHARE_OF_FREE = 0.5  # the copies take at most this share of their bytes and the free disk together
 PROTECTED_REFRESHES = 24  # a new copy does not displace copies read since the start of this many refreshes
 DISPLACES = 2.0  # ... unless they were used less than this many times less a byte than its file (`_admits`)
-RENT_SHARE = 0.25  # a read makes its file's copy once reads used this share of its row groups in those refreshes
 USES_BYTES = 16 << 10  # a file's record of uses past this size drops the lines older than those refreshes
 REFRESH_STARTS = "refresh_starts"  # in the folder: the latest refreshes' start times, one a line
 _INT64 = np.iinfo(np.int64)
@@ -469,15 +462,13 @@ class LocalCopies:
         self._counts: collections.Counter = collections.Counter()  # since take_counts: made, failed, no_room, ...
         self._guard = threading.Lock()
         self._over_budget: set[str] = set()  # copies not made in this refresh (`_admits`)
-        self._few_uses: set[str] = set()  # files read as Parquet in this refresh for their few uses (`_earned`)
         self._used: dict[str, set[int]] = {}  # file's copy -> its row groups used in this refresh (`_use`)
         self._used_since: dict[str, int] = {}  # file's copy -> row groups used since `_protected_since` (`_worth`)
 
     def take_counts(self) -> dict[str, int]:
         """Copies made, failed, not made for want of free disk (`no_room`) or of room in their
         budget beside the copies read in the latest refreshes (`over_budget`, once a file a
-        refresh), not yet made for their files' few uses (`few_uses`, once a file a refresh), and
-        dropped for the budget (`evicted`) since the last call: a read falls back
+        refresh), and dropped for the budget (`evicted`) since the last call: a read falls back
         to Parquet where there is no copy, slower but the same rows, and a dropped copy is made
         again by the next read that needs it, so each is counted for the refresh's reports rather
         than shown in a log line only."""
@@ -548,12 +539,6 @@ class LocalCopies:
             return None
         if target in self._over_budget:
             return None
-        if uses is not None and not self._earned(target, fragment):
-            with self._guard:
-                counted, _ = target in self._few_uses, self._few_uses.add(target)
-            if not counted:
-                self._count("few_uses")
-            return None
         displacing = self._admits(target, fragment)
         if displacing is None:
             log.info("no local copy of %s in this refresh: the copies read in the latest %d refreshes fill their "
@@ -580,18 +565,6 @@ class LocalCopies:
             self._count("made")
         self._evict(self._protected_since(), displacing)
         return target
-
-    def _earned(self, target: str, fragment) -> bool:
-        """Whether reads used RENT_SHARE of the file's row groups since `_protected_since` (or
-        before any refresh was marked): a copy costs a decode of every row group and a write of
-        them all, so a file read for a row group or two an epoch is read as Parquet (the rent-or-buy
-        rule of the ski-rental problem, bought early: a file most reads touch earns it in a read)."""
-        since = self._protected_since()
-        try:
-            groups = fragment.metadata.num_row_groups
-        except (OSError, AttributeError, pa.ArrowException):
-            return True
-        return self._worth(target, 1, since if since is not None else 0.0) >= RENT_SHARE * groups
 
     def _admits(self, target: str, fragment) -> float | None:
         """Whether a copy of `fragment` (at `target`) is made, its size taken as the file's
@@ -841,7 +814,6 @@ class LocalCopies:
         self._mark_refresh()
         with self._guard:
             self._over_budget.clear()
-            self._few_uses.clear()
             self._used.clear()
             self._used_since.clear()
 
