@@ -220,31 +220,6 @@ def test_a_new_copy_does_not_displace_those_read_in_the_latest_refreshes(tmp_pat
     assert later.take_counts() == {"made": 1, "evicted": 1}
 
 
-def test_a_file_read_for_many_row_groups_displaces_the_copies_used_least_a_byte(tmp_path):
-    """Past the budget, a file whose reads decode many of its row groups (`uses`, counted once a
-    refresh, recorded for the next process) displaces the copies whose reads spare fewest a byte,
-    where they are used DISPLACES times less; a file read for a row group or two does not."""
-    folders = _files(tmp_path, 3)
-    one = os.path.getsize(LocalCopies(str(tmp_path / "probe")).make(*folders[0][:2], "k"))
-    metadata = folders[0][1].metadata
-    expected = sum(metadata.row_group(i).total_byte_size for i in range(metadata.num_row_groups))
-    copies = LocalCopies(str(tmp_path / "copies"), max_bytes=one + expected + one // 4)  # two fit, not three
-    copies.give_way()
-    few, more = [copies.make(*folders[index][:2], "k", np.arange(used)) for index, used in ((0, 1), (1, 3))]
-    copies.make(*folders[1][:2], "k", np.arange(3))  # read again in the same refresh: counted once
-    copies.give_way()
-    assert copies.make(*folders[2][:2], "k", np.array([5])) is None
-    assert copies.take_counts() == {"made": 2, "over_budget": 1}
-    later = LocalCopies(str(tmp_path / "copies"), max_bytes=copies.max_bytes)  # the next process
-    later.give_way()
-    assert later.make(*folders[2][:2], "k", np.arange(metadata.num_row_groups)) is not None
-    assert not os.path.exists(few) and os.path.exists(more)
-    assert later.take_counts() == {"made": 1, "evicted": 1}
-    assert later._worth(more, os.path.getsize(more), 0.0) == pytest.approx(3 / os.path.getsize(more))
-    assert later.rows(*folders[0][:2], "k", np.array([3], np.int64), False, ["v"], np.array([0])) is None
-    assert later.take_counts() == {"over_budget": 1}  # used twice now, still far less than the rest
-
-
 def test_copies_give_way_to_the_free_disk_they_share(tmp_path):
     """The copies take at most `share_of_free` of their bytes and the free disk together, so a
     warehouse on the same disk that grows makes them give way, at the start of a refresh as well
@@ -266,15 +241,13 @@ def test_a_rebuilt_tables_old_copies_are_pruned_and_others_kept(tmp_path):
     old_path, old_fragment, _ = _file(str(table), list(range(100)), date=False)
     other_path, other_fragment, _ = _file(str(tmp_path), list(range(100)), date=False)
     copies = LocalCopies(str(tmp_path / "copies"))
-    old, other = (copies.make(path, fragment, "k", np.array([0])) for path, fragment in
-                  ((old_path, old_fragment), (other_path, other_fragment)))
+    old, other = copies.make(old_path, old_fragment, "k"), copies.make(other_path, other_fragment, "k")
     new_path = str(table / "part-1.parquet")
     os.replace(old_path, new_path)
     new_fragment = next(iter(ds.dataset(new_path, format="parquet").get_fragments()))
     new = copies.make(new_path, new_fragment, "k")
     assert copies.prune(str(table), [new_path], "k") == 1
     assert not os.path.exists(old) and os.path.exists(new) and os.path.exists(other)
-    assert not os.path.exists(old + ".uses") and os.path.exists(other + ".uses")  # its file's uses are forgotten
 
 
 class _Advice:

@@ -29,22 +29,19 @@ class FileBounds:
     """A Parquet data file's fragment with its footer read, and its row groups' statistics of
     one column as arrays, kept across reads: a keyed read of an arrangement otherwise parsed
     every file's footer and looped over tens of thousands of row groups' statistics in Python on
-    every read, a large share of the read. A Delta data file is never rewritten in place, so its
-    path and its size (Delta's add action) name its contents, as does its path within its table's
-    (Delta names data files uniquely; the local copies rest on that too). Bounded by column chunks
-    held (CACHED_CHUNKS)."""
+    every read, a large share of the read. A Delta data file is never rewritten in place, so
+    (path, size) names its contents. Bounded by column chunks held (CACHED_CHUNKS)."""
 
     def __init__(self):
         self._files: collections.OrderedDict = collections.OrderedDict()
         self._chunks = 0
         self._guard = threading.Lock()
 
-    def get(self, fragment, identity, column: str):
+    def get(self, fragment, size, column: str):
         """(fragment with its metadata, lows, highs, may hold NULL) for `column`, lows and highs
         as int64 (dates as days; a row group without statistics spans everything); None where
-        the file has no such leaf column or its statistics are not integers or dates. `identity`
-        (the file's size, or its table's path) with its path names its contents; None: not kept."""
-        key = (fragment.path, identity, column) if identity is not None else None
+        the file has no such leaf column or its statistics are not integers or dates."""
+        key = (fragment.path, size, column) if size is not None else None  # unsized: not kept
         with self._guard:
             found = self._files.get(key) if key is not None else None
             if found is not None:
@@ -102,37 +99,27 @@ def as_integers(values: pa.Array) -> np.ndarray:
     return integers_and_nulls(values)[0]
 
 
-def row_groups_holding(fragment, column: str, keys: np.ndarray, nulls: bool, identity=None):
+def row_groups_holding(fragment, column: str, keys: np.ndarray, nulls: bool, size=None):
     """`fragment` cut to its row groups whose statistics of `column` admit one of `keys` (sorted
     int64, `as_integers`), or a NULL when `nulls`; None when it holds none; the fragment itself
     when it cannot tell."""
-    fragment, chosen = row_group_ids_holding(fragment, column, keys, nulls, identity)
-    if chosen is None:
-        return fragment
-    if not len(chosen):
-        return None
-    return fragment if len(chosen) == fragment.metadata.num_row_groups else \
-        fragment.subset(row_group_ids=chosen.tolist())
-
-
-def row_group_ids_holding(fragment, column: str, keys: np.ndarray, nulls: bool, identity=None):
-    """(`fragment` with its footer read, the ids of its row groups whose statistics of `column`
-    admit one of `keys` (sorted int64) or a NULL when `nulls`, ascending); the ids None when the
-    statistics cannot tell."""
-    found = FILE_BOUNDS.get(fragment, identity, column)
+    found = FILE_BOUNDS.get(fragment, size, column)
     if found is None:
-        return fragment, None
+        return fragment
     fragment, lows, highs, may_null = found
     admitted = ranges_holding(keys, lows, highs)
     if nulls:
         admitted |= may_null
-    return fragment, np.flatnonzero(admitted)
+    chosen = np.flatnonzero(admitted)
+    if not len(chosen):
+        return None
+    return fragment if len(chosen) == len(lows) else fragment.subset(row_group_ids=chosen.tolist())
 
 
-def expected_rows_in_row_groups(fragment, column: str, keys: np.ndarray, identity=None) -> float | None:
+def expected_rows_in_row_groups(fragment, column: str, keys: np.ndarray, size=None) -> float | None:
     """local_copies.expected_rows over the file's row groups' statistics of `column` (a file
     with no local copy yet: an arrangement's append of this epoch); None where it has none."""
-    found = FILE_BOUNDS.get(fragment, identity, column)
+    found = FILE_BOUNDS.get(fragment, size, column)
     if found is None:
         return None
     fragment, lows, highs, _ = found

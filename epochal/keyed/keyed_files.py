@@ -19,7 +19,7 @@ import pyarrow.dataset as ds
 from deltalake import DeltaTable
 
 from ..arrow_rows import key_kind
-from .file_pruning import as_integers, expected_rows_in_row_groups, row_group_ids_holding
+from .file_pruning import as_integers, expected_rows_in_row_groups, row_groups_holding
 from .local_copies import LocalCopies
 
 log = logging.getLogger("epochal")
@@ -73,7 +73,7 @@ class KeyedFiles:
                 found = self.copies.expected_rows(f"{path}/{fragment.path}", field, integers) \
                     if self.copies is not None else None
                 if found is None:
-                    found = expected_rows_in_row_groups(fragment, field, integers, path)
+                    found = expected_rows_in_row_groups(fragment, field, integers)
                 if found is None:
                     return None
                 total += found
@@ -105,22 +105,17 @@ class KeyedFiles:
                     return None, 0, 0
             for fragment in fragments:
                 if integers is not None:
-                    file, groups, uses = f"{path}/{fragment.path}", None, None
-                    if not self.copies.has(file, field):  # its uses, which may earn it a copy (local_copies)
-                        try:  # not cut by files_holding, which left that to the copies
-                            fragment, groups = row_group_ids_holding(fragment, field, integers, nulls, path)
-                        except pa.ArrowException:
-                            pass
-                        if groups is not None and not len(groups):
-                            continue
-                        uses = groups if groups is not None else np.arange(fragment.metadata.num_row_groups)
-                    copied = self.copies.rows(file, fragment, field, integers, nulls, selected, uses)
+                    copied = self.copies.rows(f"{path}/{fragment.path}", fragment, field, integers, nulls, selected)
                     if copied is not None:
                         parts.append(copied.rename_columns(selected).cast(wanted))
                         copied_files += 1
                         continue
-                    if groups is not None and len(groups) < fragment.metadata.num_row_groups:
-                        fragment = fragment.subset(row_group_ids=groups.tolist())
+                    try:  # not cut by files_holding, which left that to the copies
+                        fragment = row_groups_holding(fragment, field, integers, nulls)
+                    except pa.ArrowException:
+                        pass
+                    if fragment is None:
+                        continue
                 ids = [group.id for group in fragment.row_groups]
                 row_groups += len(ids)
                 found, missing = {}, []

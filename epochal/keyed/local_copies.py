@@ -1,8 +1,7 @@
 """Local copies: each arrangement data file that keyed reads use, copied once to the driver's disk
 as an Arrow IPC file (a few large record batches, their fixed-width columns packed row by row:
 packed_rows.py), with the key bounds of every block of BATCH_ROWS rows (and its rows:
-`certain_rows` refuses a read too large before it is made; and its row group in the file: what a
-read of it as Parquet would decode, `_use`) beside it.
+`certain_rows` refuses a read too large before it is made) beside it.
 
 A keyed read of Parquet decodes every row group that may hold one of its keys, each column chunk of
 it, at a fixed cost a chunk whatever its rows (so smaller row groups are no faster). Random keys
@@ -22,25 +21,17 @@ scale 10 the copies took 31 GB after the first epoch, and at a tenth of the orde
 source's MERGE failed for want of disk in the third epoch, bench/RESULTS.md), the least recently
 read dropped first, and an arrangement's rebuild deletes the copies of the files it replaced
 (`prune`). A new copy does not displace those read in the latest PROTECTED_REFRESHES refreshes
-(their start times are kept in the folder, for the next process) unless they are worth less:
-where the rest would not make room for it, it is not made (counted `over_budget`, its file read as
-Parquet until the next refresh). Keyed reads of random keys touch a different share of an
-arrangement's files every epoch, and all of them within a few; once they outgrow the budget,
-least-recently-read eviction drops copies the next epochs read, and their steps make them again,
-a whole file each (a day at scale 10: 14 to 27 copies made an epoch, TPC-H Q17's step many times
-slower; protecting the last two refreshes only, 11 evicted and 19 made in the second hourly epoch,
-bench/RESULTS.md). Kept out this way, the files that do not fit are read as Parquet, the row groups
-holding a key only, and the rest stay, as in a scan-resistant cache; a copy unread for a day of
-hourly refreshes (an arrangement no table reads any more) gives way to new ones. What a copy is
-worth is what it spares: the row groups its file's reads hold a key in, which a read as Parquet
-decodes (`_use`: once a refresh each, as the decoded row groups are kept for the refresh's later
-reads), over those refreshes, a byte of the copy. A file whose reads use DISPLACES times as much a
-byte as some protected copies displaces them, the least worth first (a day at scale 10: lineitem by
-l_suppkey's copies took 8 GiB for 20 keys an epoch, a row group or two each, while orders by
-o_orderkey's newer files, kept out, decoded 3,500 row groups an epoch; bench/RESULTS.md). A file's
-uses are kept beside its copy (`<copy>.uses`), through its eviction, until its table drops it. Only
-the refresh's start gives way past them, the least worth first, for the free disk the warehouse
-needs. Each arrangement's copies live in a folder of their own. A copy and
+(their start times are kept in the folder, for the next process): where the rest would not make
+room for it, it is not made (counted `over_budget`, its file read as Parquet until the next
+refresh). Keyed reads of random keys touch a different share of an arrangement's files every epoch,
+and all of them within a few; once they outgrow the budget, least-recently-read eviction drops
+copies the next epochs read, and their steps make them again, a whole file each (a day at scale 10:
+14 to 27 copies made an epoch, TPC-H Q17's step many times slower; protecting the last two
+refreshes only, 11 evicted and 19 made in the second hourly epoch, bench/RESULTS.md). Kept out this
+way, the files that do not fit are read as Parquet, the row groups holding a key only, and the rest
+stay, as in a scan-resistant cache; a copy unread for a day of hourly refreshes (an arrangement no
+table reads any more) gives way to new ones. Only the refresh's start gives way past them, for the
+free disk the warehouse needs. Each arrangement's copies live in a folder of their own. A copy and
 its bounds are each written under a temporary name, flushed to disk and renamed, bounds first, so a
 crash leaves either both, or no copy (an orphaned bounds file is overwritten by the next copy). A
 copy is not made where less than MIN_FREE_BYTES would stay free (the folder may share its disk with
@@ -74,7 +65,7 @@ log = logging.getLogger("epochal")
 
 BATCH_ROWS = 256  # rows per block of bounds: a random key's read looks at about this many rows
 COPY_BATCH_ROWS = 1 << 20  # a copy's record batches: row groups (an arrangement's are small) joined up to this many rows
-FORMAT = "packed rows, row groups"  # in a copy's name: copies of an earlier layout are not read (prune drops them)
+FORMAT = "packed rows"  # in a copy's name: copies of an earlier layout are not read (prune drops them)
 COPY_BYTES = 32 << 30  # the copies' disk budget, per directory
 ABANDONED_SECONDS = 3_600  # a half-written copy this old was left by a process that died
 CACHED_BOUNDS = 4_096  # copies whose bounds are kept in memory (32 bytes a batch each)
@@ -82,8 +73,6 @@ RETRY_SECONDS = 600  # a file whose copy failed is read as Parquet this long, th
 MIN_FREE_BYTES = 2 << 30  # free disk a copy must leave (the folder may share its disk with the warehouse)
 SHARE_OF_FREE = 0.5  # the copies take at most this share of their bytes and the free disk together
 PROTECTED_REFRESHES = 24  # a new copy does not displace copies read since the start of this many refreshes
-DISPLACES = 2.0  # ... unless they were used less than this many times less a byte than its file (`_admits`)
-USES_BYTES = 16 << 10  # a file's record of uses past this size drops the lines older than those refreshes
 REFRESH_STARTS = "refresh_starts"  # in the folder: the latest refreshes' start times, one a line
 _INT64 = np.iinfo(np.int64)
 
@@ -376,15 +365,6 @@ def _within_spans(spans: np.ndarray) -> np.ndarray:
     return np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(spans) - spans, spans)
 
 
-def admitted_blocks(bounds: np.ndarray, keys: np.ndarray, nulls: bool) -> np.ndarray:
-    """Which blocks of a copy (its `bounds`) may hold one of `keys` (sorted int64), or a NULL
-    with `nulls`."""
-    admitted = ranges_holding(keys, bounds[0], bounds[1])
-    if nulls:
-        admitted |= bounds[2] > 0
-    return admitted
-
-
 def rows_in_copy(source: MappedCopy, bounds: np.ndarray, key: str, keys: np.ndarray, nulls: bool,
                  columns: list[str]) -> pa.Table:
     """A copy's rows whose `key` is one of `keys` (sorted int64, dates as days) or NULL (with
@@ -394,8 +374,10 @@ def rows_in_copy(source: MappedCopy, bounds: np.ndarray, key: str, keys: np.ndar
     packed rows and other columns of the rows that hold a key."""
     if bounds.shape[0] < 4:
         raise ValueError(f"bounds of {bounds.shape[0]} rows, no block sizes")
-    counts = bounds[3]
-    admitted = admitted_blocks(bounds, keys, nulls)
+    lows, highs, null_counts, counts = bounds
+    admitted = ranges_holding(keys, lows, highs)
+    if nulls:
+        admitted |= null_counts > 0
     looked_at = _rows_of_blocks(np.cumsum(counts) - counts, counts, admitted)
     reader = source.reader()
     layout = Layout.stored(reader.schema)
@@ -462,8 +444,6 @@ class LocalCopies:
         self._counts: collections.Counter = collections.Counter()  # since take_counts: made, failed, no_room, ...
         self._guard = threading.Lock()
         self._over_budget: set[str] = set()  # copies not made in this refresh (`_admits`)
-        self._used: dict[str, set[int]] = {}  # file's copy -> its row groups used in this refresh (`_use`)
-        self._used_since: dict[str, int] = {}  # file's copy -> row groups used since `_protected_since` (`_worth`)
 
     def take_counts(self) -> dict[str, int]:
         """Copies made, failed, not made for want of free disk (`no_room`) or of room in their
@@ -504,29 +484,20 @@ class LocalCopies:
         keep = {self._target(path, key) for path in live}
         dropped = 0
         try:
-            entries = {e.path.removesuffix(".bounds.npy").removesuffix(".uses") for e in os.scandir(self._folder(table))
-                       if e.name.endswith((".arrow", ".bounds.npy", ".uses"))}
+            entries = {e.path.removesuffix(".bounds.npy") for e in os.scandir(self._folder(table))
+                       if e.name.endswith((".arrow", ".bounds.npy"))}
         except OSError:
             return 0
         for target in entries:
             if target not in keep:
-                dropped += os.path.exists(target)
-                self._drop(target, forget=True)
+                self._drop(target)
+                dropped += 1
         return dropped
 
-    def has(self, path: str, key: str) -> bool:
-        """Whether the file at `path` has a copy for reads by `key`."""
-        target = self._target(path, key)
-        return os.path.exists(target) and os.path.exists(target + ".bounds.npy")
-
-    def make(self, path: str, fragment, key: str, uses: np.ndarray | None = None) -> str | None:
+    def make(self, path: str, fragment, key: str) -> str | None:
         """The copy of the Parquet file `fragment` (at `path`), made now unless one exists;
-        None when it cannot be made (the file is then read as Parquet). `uses`: the ids of the
-        row groups of the file a read holds a key in, from its statistics (None: not for a read, or
-        not known), recorded as its use (`_use`)."""
+        None when it cannot be made (the file is then read as Parquet)."""
         target = self._target(path, key)
-        if uses is not None:
-            self._use(target, uses)
         if os.path.exists(target) and os.path.exists(target + ".bounds.npy"):
             return target
         failed_at = self._failed.get(target)
@@ -539,11 +510,9 @@ class LocalCopies:
             return None
         if target in self._over_budget:
             return None
-        displacing = self._admits(target, fragment)
-        if displacing is None:
+        if not self._admits(fragment):
             log.info("no local copy of %s in this refresh: the copies read in the latest %d refreshes fill their "
-                     "budget under %s and are used as much; it is read as Parquet", path, PROTECTED_REFRESHES,
-                     self.directory)
+                     "budget under %s; it is read as Parquet", path, PROTECTED_REFRESHES, self.directory)
             with self._guard:
                 self._over_budget.add(target)
             self._count("over_budget")
@@ -563,90 +532,24 @@ class LocalCopies:
                 return None
             self._failed.pop(target, None)
             self._count("made")
-        self._evict(self._protected_since(), displacing)
+        self._evict(protected_since=self._protected_since())
         return target
 
-    def _admits(self, target: str, fragment) -> float | None:
-        """Whether a copy of `fragment` (at `target`) is made, its size taken as the file's
-        uncompressed bytes: None where not; else the use a byte (`_worth`) below which copies read
-        since `_protected_since` give way to it (the module's docstring). 0 where it fits beside
-        them, and always before any refresh was marked."""
+    def _admits(self, fragment) -> bool:
+        """Whether a copy of `fragment` fits in the budget beside the copies read since
+        `_protected_since` (the module's docstring), its size taken as the file's uncompressed
+        bytes; always before any refresh was marked."""
         since = self._protected_since()
         if since is None:
-            return 0.0
+            return True
         try:
             sizes = self._sizes()
             budget = self._budget(sum(size for _, size in sizes.values()))
             expected = sum(group.total_byte_size for group in
                            (fragment.metadata.row_group(i) for i in range(fragment.metadata.num_row_groups)))
         except (OSError, AttributeError, pa.ArrowException):
-            return 0.0
-        protected = {copy: size for copy, (read, size) in sizes.items() if read >= since}
-        if sum(protected.values()) + expected <= budget:
-            return 0.0
-        below = self._worth(target, expected, since) / DISPLACES
-        staying = sum(size for copy, size in protected.items() if self._worth(copy, size, since) >= below)
-        return below if below > 0 and staying + expected <= budget else None
-
-    def _use(self, target: str, groups: np.ndarray) -> None:
-        """Record a read's use of the file of `target`: its row groups (`groups`) not yet used in
-        this refresh, which a read as Parquet decodes and a copy spares (the decoded row groups are
-        kept for the refresh's later reads, so a row group counts once a refresh). Appended to
-        `<target>.uses` (a line of the time and the count), so a next process weighs it too."""
-        with self._guard:
-            seen = self._used.setdefault(target, set())
-            fresh = [group for group in groups.tolist() if group not in seen]
-            seen.update(fresh)
-        if not fresh:
-            return
-        with self._guard:
-            if target in self._used_since:
-                self._used_since[target] += len(fresh)
-        try:
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            with open(target + ".uses", "a") as uses:
-                uses.write(f"{time.time()!r} {len(fresh)}\n")
-            if os.path.getsize(target + ".uses") > USES_BYTES:
-                self._trim_uses(target)
-        except OSError as error:
-            log.warning("the use of %s's copy was not recorded (%s)", target, error)
-
-    def _trim_uses(self, target: str) -> None:
-        """Keep the lines of `<target>.uses` since `_protected_since` only."""
-        since = self._protected_since()
-        if since is None:
-            return
-        kept = [line for line, at in self._use_lines(target) if at >= since]
-        temporary = f"{target}.uses.{os.getpid()}.{uuid.uuid4().hex}.tmp"
-        with open(temporary, "w") as out:
-            out.write("".join(kept))
-        os.replace(temporary, target + ".uses")
-
-    @staticmethod
-    def _use_lines(target: str) -> list[tuple[str, float]]:
-        """The lines of `<target>.uses` with their times (none where it is missing or unreadable)."""
-        try:
-            with open(target + ".uses") as uses:
-                return [(line, float(line.partition(" ")[0])) for line in uses if line.strip()]
-        except (OSError, ValueError):
-            return []
-
-    def _worth(self, target: str, size: int, since: float) -> float:
-        """The row groups reads of the file of `target` used since `since` (`_use`), a byte of its
-        copy (`size`); read once a refresh from `<target>.uses`, then kept up by `_use`."""
-        with self._guard:
-            used = self._used_since.get(target)
-        if used is None:
-            used = 0
-            for line, at in self._use_lines(target):
-                if at >= since:
-                    try:
-                        used += int(line.split()[1])
-                    except (IndexError, ValueError):
-                        continue
-            with self._guard:
-                used = self._used_since.setdefault(target, used)
-        return used / max(1, size)
+            return True
+        return sum(size for read, size in sizes.values() if read >= since) + expected <= budget
 
     def _protected_since(self) -> float | None:
         """The start of the oldest of the latest PROTECTED_REFRESHES refreshes (`give_way` marks
@@ -683,7 +586,7 @@ class LocalCopies:
                 parquet = pq.ParquetFile(source)
                 schema = parquet.schema_arrow
                 field = {n.lower(): i for i, n in enumerate(schema.names)}[key.lower()]
-                lows, highs, nulls, counts, groups = [], [], [], [], []
+                lows, highs, nulls, counts = [], [], [], []
                 pending: list[pa.Table] = []
 
                 def write_pending() -> None:
@@ -704,14 +607,13 @@ class LocalCopies:
                         highs.append(np.maximum.reduceat(np.where(missing, _INT64.min, values), starts))
                         nulls.append(np.add.reduceat(missing.astype(np.int64), starts))
                         counts.append(np.diff(np.append(starts, rows.num_rows)))
-                        groups.append(np.full(len(starts), group))
                         pending.append(rows)
                         if sum(t.num_rows for t in pending) >= self.copy_batch_rows:
                             write_pending()
                     if pending:
                         write_pending()
             bounds = np.stack([np.concatenate(part).astype(np.int64) if part else np.empty(0, np.int64)
-                               for part in (lows, highs, nulls, counts, groups)])
+                               for part in (lows, highs, nulls, counts)])
             with open(temporary + ".npy.tmp", "wb") as out:
                 np.save(out, bounds)
             _durable(temporary + ".arrow.tmp")
@@ -724,22 +626,18 @@ class LocalCopies:
                 if os.path.exists(leftover):
                     os.remove(leftover)
 
-    def rows(self, path: str, fragment, key: str, keys: np.ndarray, nulls: bool, columns: list[str],
-             uses: np.ndarray | None = None) -> pa.Table | None:
+    def rows(self, path: str, fragment, key: str, keys: np.ndarray, nulls: bool, columns: list[str]) -> pa.Table | None:
         """The file's rows whose `key` is one of `keys` (sorted int64, dates as days) or NULL (with
         `nulls`), with `columns`; None when there is no usable copy (read the file as Parquet).
-        `uses`: as for `make`, where the file has no copy yet; a copy's own bounds tell its uses.
         Only the blocks whose bounds admit a key are looked at, and only the rows holding one are
         copied out of the memory-mapped file (the caller still filters by its values, as it does
         Parquet's rows)."""
-        target = self.make(path, fragment, key, uses)
+        target = self.make(path, fragment, key)
         if target is None:
             return None
         try:
-            bounds = self._bounds_of(target)
-            found = rows_in_copy(MappedCopy(target), bounds, key, keys, nulls, columns)
+            found = rows_in_copy(MappedCopy(target), self._bounds_of(target), key, keys, nulls, columns)
             os.utime(target)
-            self._use(target, np.unique(bounds[4][admitted_blocks(bounds, keys, nulls)]))
             return found
         except (OSError, ValueError, KeyError, pa.ArrowException) as error:
             log.warning("local copy %s of %s not read (%s: %s); the file is read as Parquet",
@@ -747,11 +645,11 @@ class LocalCopies:
             self._drop(target)
             return None
 
-    def certain_rows(self, path: str, fragment, key: str, keys: np.ndarray, uses: np.ndarray | None = None) -> int:
+    def certain_rows(self, path: str, fragment, key: str, keys: np.ndarray) -> int:
         """How many of the file's rows surely hold one of `keys` (sorted int64): those of its
         batches whose bounds are one of them, low and high (0 where that is not known: no copy,
-        or one made before the copies counted their batches' rows). `uses`: as for `make`."""
-        target = self.make(path, fragment, key, uses)
+        or one made before the copies counted their batches' rows)."""
+        target = self.make(path, fragment, key)
         if target is None or not len(keys):
             return 0
         try:
@@ -760,7 +658,7 @@ class LocalCopies:
             return 0
         if bounds.shape[0] < 4:
             return 0
-        lows, highs, null_counts, counts = bounds[:4]
+        lows, highs, null_counts, counts = bounds
         return int(counts[(lows == highs) & one_of(keys, lows) & (null_counts == 0)].sum())
 
     def expected_rows(self, path: str, key: str, keys: np.ndarray) -> float | None:
@@ -775,7 +673,7 @@ class LocalCopies:
             return None
         if bounds.shape[0] < 4:
             return None
-        lows, highs, _, counts = bounds[:4]
+        lows, highs, _, counts = bounds
         return expected_rows(keys, lows, highs, counts)
 
     def _bounds_of(self, target: str) -> np.ndarray:
@@ -785,7 +683,7 @@ class LocalCopies:
                 self._bounds.move_to_end(target)
                 return found
         bounds = np.load(target + ".bounds.npy", allow_pickle=False)
-        if bounds.ndim != 2 or bounds.shape[0] != 5 or bounds.dtype != np.int64:
+        if bounds.ndim != 2 or bounds.shape[0] != 4 or bounds.dtype != np.int64:
             raise ValueError(f"bounds of shape {bounds.shape} and type {bounds.dtype}")
         with self._guard:
             self._bounds[target] = bounds
@@ -793,12 +691,10 @@ class LocalCopies:
                 self._bounds.popitem(last=False)
         return bounds
 
-    def _drop(self, target: str, forget: bool = False) -> None:
-        """Delete the copy at `target`, and with `forget` the record of its file's uses (its file is
-        gone); an evicted copy's record stays, for its file's next admission."""
+    def _drop(self, target: str) -> None:
         with self._guard:
             self._bounds.pop(target, None)
-        for name in (target, target + ".bounds.npy") + ((target + ".uses",) if forget else ()):
+        for name in (target, target + ".bounds.npy"):
             try:
                 os.remove(name)
             except OSError:
@@ -808,14 +704,10 @@ class LocalCopies:
         """Keep the copies within their budget as the free disk shrinks under them (the
         warehouse's writes; the module's docstring), the least recently read first whenever they
         were read, and mark a refresh's start: called at the start of every refresh."""
-        with self._guard:
-            self._used_since.clear()
-        self._evict(self._protected_since(), below=float("inf"))
+        self._evict()
         self._mark_refresh()
         with self._guard:
             self._over_budget.clear()
-            self._used.clear()
-            self._used_since.clear()
 
     def _sizes(self) -> dict[str, tuple[float, int]]:
         """Each copy's last read (its mtime) and bytes; and what a killed process left half
@@ -835,28 +727,18 @@ class LocalCopies:
         their bytes and the free disk together where that is less."""
         return min(self.max_bytes, int(self.share_of_free * (total + shutil.disk_usage(self.directory).free)))
 
-    def _evict(self, protected_since: float | None = None, below: float = 0.0) -> None:
-        """Drop copies while they exceed their budget (`_budget`): first the least recently read
-        of those not read since `protected_since`, then of those read since, the least used a byte
-        (`_worth`) while that is below `below`."""
+    def _evict(self, protected_since: float | None = None) -> None:
+        """Drop the least recently read copies while they exceed their budget (`_budget`), those
+        read since `protected_since` excepted."""
         try:
             sizes = self._sizes()
             total = sum(size for _, size in sizes.values())
             budget = self._budget(total) if sizes else 0
         except OSError:
             return
-        if total <= budget:
-            return
-        stale = sorted((copy for copy, (read, _) in sizes.items() if protected_since is None or read < protected_since),
-                       key=lambda copy: sizes[copy][0])
-        victims = stale
-        if below > 0 and protected_since is not None:
-            worth = {copy: self._worth(copy, size, protected_since) for copy, (read, size) in sizes.items()
-                     if read >= protected_since}
-            victims = stale + sorted((copy for copy in worth if worth[copy] < below), key=worth.get)
-        for target in victims:
-            if total <= budget:
+        for target, (read, size) in sorted(sizes.items(), key=lambda item: item[1][0]):
+            if total <= budget or (protected_since is not None and read >= protected_since):
                 break
             self._drop(target)
             self._count("evicted")
-            total -= sizes[target][1]
+            total -= size
