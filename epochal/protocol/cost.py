@@ -225,10 +225,10 @@ def estimate(history: list, rows: int, spark_path: bool | None = None, driver_ro
     Spark's), it is estimated from the steps of its path (above; `driver_rows` tells the path of
     steps recorded without it). `read`: whether the step has read its change (else `rows` is
     expected, and the step weighs whether to read it)."""
-    found = _estimate(history, rows, spark_path, driver_rows)
     recent = _last(history, _working, EXPLORE_AFTER)
     if recent and _rebuilt(recent[-1]) and spark_path is False:
         return None
+    found = _estimate(history, rows, spark_path, driver_rows)
     if len(recent) == EXPLORE_AFTER and all(_for_cost(s) for s in recent) and explores(found, spark_path, read):
         return None
     return found
