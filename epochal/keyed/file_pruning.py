@@ -29,19 +29,21 @@ class FileBounds:
     """A Parquet data file's fragment with its footer read, and its row groups' statistics of
     one column as arrays, kept across reads: a keyed read of an arrangement otherwise parsed
     every file's footer and looped over tens of thousands of row groups' statistics in Python on
-    every read, a large share of the read. A Delta data file is never rewritten in place, so
-    (path, size) names its contents. Bounded by column chunks held (CACHED_CHUNKS)."""
+    every read, a large share of the read. A Delta data file is never rewritten in place and its
+    name is unique within its table, so its path with its size (Delta's add action), or with its
+    table's path, names its contents. Bounded by column chunks held (CACHED_CHUNKS)."""
 
     def __init__(self):
         self._files: collections.OrderedDict = collections.OrderedDict()
         self._chunks = 0
         self._guard = threading.Lock()
 
-    def get(self, fragment, size, column: str):
+    def get(self, fragment, identity, column: str):
         """(fragment with its metadata, lows, highs, may hold NULL) for `column`, lows and highs
         as int64 (dates as days; a row group without statistics spans everything); None where
-        the file has no such leaf column or its statistics are not integers or dates."""
-        key = (fragment.path, size, column) if size is not None else None  # unsized: not kept
+        the file has no such leaf column or its statistics are not integers or dates. `identity`
+        (the file's size, or its table's path) with its path names its contents; None: not kept."""
+        key = (fragment.path, identity, column) if identity is not None else None
         with self._guard:
             found = self._files.get(key) if key is not None else None
             if found is not None:
@@ -99,11 +101,11 @@ def as_integers(values: pa.Array) -> np.ndarray:
     return integers_and_nulls(values)[0]
 
 
-def row_groups_holding(fragment, column: str, keys: np.ndarray, nulls: bool, size=None):
+def row_groups_holding(fragment, column: str, keys: np.ndarray, nulls: bool, identity=None):
     """`fragment` cut to its row groups whose statistics of `column` admit one of `keys` (sorted
     int64, `as_integers`), or a NULL when `nulls`; None when it holds none; the fragment itself
     when it cannot tell."""
-    found = FILE_BOUNDS.get(fragment, size, column)
+    found = FILE_BOUNDS.get(fragment, identity, column)
     if found is None:
         return fragment
     fragment, lows, highs, may_null = found
@@ -116,10 +118,10 @@ def row_groups_holding(fragment, column: str, keys: np.ndarray, nulls: bool, siz
     return fragment if len(chosen) == len(lows) else fragment.subset(row_group_ids=chosen.tolist())
 
 
-def expected_rows_in_row_groups(fragment, column: str, keys: np.ndarray, size=None) -> float | None:
+def expected_rows_in_row_groups(fragment, column: str, keys: np.ndarray, identity=None) -> float | None:
     """local_copies.expected_rows over the file's row groups' statistics of `column` (a file
     with no local copy yet: an arrangement's append of this epoch); None where it has none."""
-    found = FILE_BOUNDS.get(fragment, size, column)
+    found = FILE_BOUNDS.get(fragment, identity, column)
     if found is None:
         return None
     fragment, lows, highs, _ = found

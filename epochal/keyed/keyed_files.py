@@ -73,7 +73,7 @@ class KeyedFiles:
                 found = self.copies.expected_rows(f"{path}/{fragment.path}", field, integers) \
                     if self.copies is not None else None
                 if found is None:
-                    found = expected_rows_in_row_groups(fragment, field, integers)
+                    found = expected_rows_in_row_groups(fragment, field, integers, path)
                 if found is None:
                     return None
                 total += found
@@ -111,7 +111,7 @@ class KeyedFiles:
                         copied_files += 1
                         continue
                     try:  # not cut by files_holding, which left that to the copies
-                        fragment = row_groups_holding(fragment, field, integers, nulls)
+                        fragment = row_groups_holding(fragment, field, integers, nulls, path)
                     except pa.ArrowException:
                         pass
                     if fragment is None:
