@@ -23,8 +23,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from epochal.keyed.file_pruning import as_integers, expected_rows_in_row_groups
-from epochal.keyed.local_copies import PROTECTED_REFRESHES, LocalCopies, MappedCopy, absent_pages
+from epochal.keyed.file_pruning import as_integers, certain_rows_in_row_groups, expected_rows_in_row_groups
+from epochal.keyed.local_copies import DENSE_ROWS, PROTECTED_REFRESHES, LocalCopies, MappedCopy, absent_pages, dense
 
 KEYS = st.lists(st.one_of(st.none(), st.integers(-40, 40)), min_size=1, max_size=300)
 
@@ -90,17 +90,27 @@ def test_a_copy_serves_exactly_the_rows_of_its_keys(tmp_path_factory, keys, want
         == expected  # a second process reads the copy the first made
     values = pa.array(wanted, table.schema.field("K").type)
     holding = ds.dataset(path, format="parquet").to_table(filter=ds.field("K").isin(values)).num_rows
-    certain = copies.certain_rows(path, fragment, "k", np.sort(as_integers(values)))
-    assert certain <= holding  # a lower bound: a read is refused only when it surely holds more rows
+    integers = np.sort(as_integers(values))
+    certain = copies.certain_rows(path, "k", integers)
+    from_statistics = certain_rows_in_row_groups(fragment, "K", integers)
+    assert certain <= holding and from_statistics <= holding  # lower bounds: a read is refused only when
+    # it surely holds more rows
 
 
 def test_rows_are_certain_where_a_batch_holds_one_wanted_key_only(tmp_path):
+    """From a copy's blocks, and alike from the Parquet row groups' statistics of a file with no
+    copy (none is made to tell)."""
     path, fragment, _ = _file(str(tmp_path), [5] * 100 + [7] * 100 + [None] * 20, date=False)
     copies = LocalCopies(str(tmp_path / "copies"), batch_rows=16)
-    # blocks of 16 rows: block 6 (rows 96-111) holds both keys, block 12 (rows 192-207) 7 and NULL
-    assert copies.certain_rows(path, fragment, "k", np.array([5], np.int64)) == 96
-    assert copies.certain_rows(path, fragment, "k", np.array([5, 7], np.int64)) == 96 + 80
-    assert copies.certain_rows(path, fragment, "k", np.array([6], np.int64)) == 0
+    assert copies.certain_rows(path, "k", np.array([5], np.int64)) is None
+    assert copies.existing(path, "k") is None
+    copies.make(path, fragment, "k")
+    # blocks and row groups of 16 rows: the seventh (rows 96-111) holds both keys, the
+    # thirteenth (rows 192-207) 7 and NULL
+    for keys, certain in (([5], 96), ([5, 7], 96 + 80), ([6], 0)):
+        keys = np.array(keys, np.int64)
+        assert copies.certain_rows(path, "k", keys) == certain
+        assert certain_rows_in_row_groups(fragment, "K", keys) == certain
 
 
 def test_a_reads_expected_rows_are_exact_for_shared_keys_and_near_for_dense_ones(tmp_path):
@@ -189,11 +199,11 @@ def test_copies_stay_within_their_disk_budget_dropping_the_least_recently_read(t
 
 
 def test_a_new_copy_does_not_displace_those_read_in_the_latest_refreshes(tmp_path):
-    """Once at their budget, copies read since the start of the last PROTECTED_REFRESHES
+    """Once at their budget, copies read densely since the start of the last PROTECTED_REFRESHES
     refreshes stay: a new file's copy is not made (`over_budget`, counted once a refresh, the file
     read as Parquet), where least-recently-read eviction would drop a copy the next epoch reads
-    again. A copy not read for that long gives way to it, and the refreshes' starts outlive the
-    process that marked them."""
+    again. A copy not read densely for that long gives way to it, and the refreshes' starts
+    outlive the process that marked them."""
     folders = _files(tmp_path, 3)
     one = os.path.getsize(LocalCopies(str(tmp_path / "probe")).make(*folders[0][:2], "k"))
     metadata = folders[0][1].metadata
@@ -206,18 +216,56 @@ def test_a_new_copy_does_not_displace_those_read_in_the_latest_refreshes(tmp_pat
     assert copies.rows(*folders[2][:2], "k", np.array([3], np.int64), False, ["v"]) is None  # read as Parquet
     assert all(os.path.exists(copy) for copy in made)
     assert copies.take_counts() == {"made": 2, "over_budget": 1}
+    time.sleep(0.01)
+    assert copies.rows(*folders[0][:2], "k", np.array([3], np.int64), False, ["v"]) is not None  # read densely
     later = LocalCopies(str(tmp_path / "copies"), max_bytes=copies.max_bytes)  # the next process
-    for _ in range(PROTECTED_REFRESHES - 2):  # file 1 read in each of them, file 0 in none
+    for _ in range(PROTECTED_REFRESHES - 1):  # file 1 read densely in each of them, file 0 in none
         later.give_way()
         time.sleep(0.01)
         found = later.rows(*folders[1][:2], "k", np.array([3], np.int64), False, ["v"])
         assert found.column("v").to_pylist() == [3]
         assert later.make(*folders[2][:2], "k") is None
-    assert later.take_counts() == {"over_budget": PROTECTED_REFRESHES - 2}
+    assert later.take_counts() == {"over_budget": PROTECTED_REFRESHES - 1}
     later.give_way()
     assert later.make(*folders[2][:2], "k") is not None  # the copy unread for as many refreshes gives way
     assert not os.path.exists(made[0]) and os.path.exists(made[1])
     assert later.take_counts() == {"made": 1, "evicted": 1}
+
+
+def test_a_sparse_read_neither_makes_nor_keeps_a_copy(tmp_path):
+    """A read with fewer keys in a file's key range than one per DENSE_ROWS rows reads the copy
+    there is, as it is, and else the file as Parquet: it makes no copy and does not count as the
+    copy's read. A copy made ahead of its reads (by an arrangement's build) that no dense read has
+    used gives way to a new one after GRACE_REFRESHES refreshes; one read densely stays."""
+    rows = 2 * DENSE_ROWS
+    assert dense(np.array([0, rows - 1], np.int64), 0, rows - 1, rows)
+    assert not dense(np.array([0], np.int64), 0, rows - 1, rows)
+    assert not dense(np.array([-5, rows + 5], np.int64), 0, rows - 1, rows)  # keys outside the file's range
+    files = []
+    for name in ("ahead", "read", "new"):
+        (tmp_path / name).mkdir()
+        files.append(_file(str(tmp_path / name), list(range(rows)), date=False)[:2])
+    (ahead, ahead_fragment), (read, read_fragment), (new, new_fragment) = files
+    one = os.path.getsize(LocalCopies(str(tmp_path / "probe")).make(ahead, ahead_fragment, "k"))
+    metadata = ahead_fragment.metadata
+    expected = sum(metadata.row_group(i).total_byte_size for i in range(metadata.num_row_groups))  # a new copy's
+    copies = LocalCopies(str(tmp_path / "copies"), max_bytes=one + expected + one // 4)  # two fit, not three
+    sparse, many = np.array([3], np.int64), np.arange(0, rows, 1_000, dtype=np.int64)
+    copies.give_way()
+    made = [copies.make(ahead, ahead_fragment, "k"), copies.make(read, read_fragment, "k")]
+    assert copies.rows(new, new_fragment, "k", sparse, False, ["v"], dense=False) is None  # as Parquet
+    assert copies.existing(new, "k") is None
+    before = os.path.getmtime(made[0])
+    time.sleep(0.01)
+    assert copies.rows(ahead, ahead_fragment, "k", sparse, False, ["v"], dense=False).column("v").to_pylist() == [3]
+    assert os.path.getmtime(made[0]) == before
+    assert copies.rows(read, read_fragment, "k", many, False, ["v"], dense=True).num_rows == len(many)
+    copies.give_way()
+    assert copies.make(new, new_fragment, "k") is None  # both made in the latest refreshes
+    copies.give_way()
+    assert copies.make(new, new_fragment, "k") is not None
+    assert not os.path.exists(made[0]) and os.path.exists(made[1])
+    assert copies.take_counts() == {"made": 3, "over_budget": 1, "evicted": 1}
 
 
 def test_copies_give_way_to_the_free_disk_they_share(tmp_path):

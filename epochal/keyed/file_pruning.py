@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from ..arrow_rows import key_kind
-from .local_copies import expected_rows, integers_and_nulls, ranges_holding
+from .local_copies import expected_rows, integers_and_nulls, one_of, ranges_holding
 
 
 def _admits(keys: list, smallest, largest) -> bool:
@@ -127,6 +127,29 @@ def expected_rows_in_row_groups(fragment, column: str, keys: np.ndarray, identit
     fragment, lows, highs, _ = found
     counts = np.array([fragment.metadata.row_group(i).num_rows for i in range(len(lows))], dtype=np.int64)
     return expected_rows(keys, lows, highs, counts)
+
+
+def key_span(fragment, column: str, identity=None) -> tuple[int, int, int] | None:
+    """(lowest key, highest key, rows) of a Parquet file by its row groups' statistics of
+    `column` (a row group without them spans every int64), as local_copies.dense weighs a read;
+    None where it has none."""
+    found = FILE_BOUNDS.get(fragment, identity, column)
+    if found is None or not len(found[1]):
+        return None
+    fragment, lows, highs, _ = found
+    return int(lows.min()), int(highs.max()), fragment.metadata.num_rows
+
+
+def certain_rows_in_row_groups(fragment, column: str, keys: np.ndarray, identity=None) -> int:
+    """How many of a Parquet file's rows surely hold one of `keys` (sorted int64): those of its
+    row groups whose statistics of `column` are one of them, low and high, with no NULL (as
+    local_copies.certain_rows tells from a copy's blocks); 0 where it has no such statistics."""
+    found = FILE_BOUNDS.get(fragment, identity, column)
+    if found is None or not len(keys):
+        return 0
+    fragment, lows, highs, may_null = found
+    whole = np.flatnonzero((lows == highs) & one_of(keys, lows) & ~may_null)
+    return sum(fragment.metadata.row_group(int(i)).num_rows for i in whole)
 
 
 def files_holding(table, dataset, column: str, values: pa.Array, nulls: bool, row_groups: bool = True):

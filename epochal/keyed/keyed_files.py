@@ -19,8 +19,9 @@ import pyarrow.dataset as ds
 from deltalake import DeltaTable
 
 from ..arrow_rows import key_kind
-from .file_pruning import as_integers, expected_rows_in_row_groups, row_groups_holding
-from .local_copies import LocalCopies
+from .file_pruning import (as_integers, certain_rows_in_row_groups, expected_rows_in_row_groups, key_span,
+                           row_groups_holding)
+from .local_copies import LocalCopies, dense
 
 log = logging.getLogger("epochal")
 
@@ -81,6 +82,29 @@ class KeyedFiles:
             return None
         return total
 
+    def _certain_rows(self, path: str, fragment, field: str, integers: np.ndarray) -> int:
+        """Rows of `fragment` (a file of the table at `path`) that surely hold one of `integers`:
+        from its local copy's blocks, else from its row groups' statistics (0 where it has none)."""
+        found = self.copies.certain_rows(f"{path}/{fragment.path}", field, integers)
+        if found is not None:
+            return found
+        try:
+            return certain_rows_in_row_groups(fragment, field, integers, path)
+        except (OSError, pa.ArrowException):
+            return 0
+
+    def _dense(self, path: str, fragment, field: str, integers: np.ndarray) -> bool:
+        """Whether a read of `integers` is dense in `fragment` (local_copies.dense), by its
+        copy's bounds or else its row groups' statistics; a file that tells neither counts as
+        dense (its copy is made, as for every read before copies were weighed)."""
+        span = self.copies.span(f"{path}/{fragment.path}", field)
+        if span is None:
+            try:
+                span = key_span(fragment, field, path)
+            except (OSError, pa.ArrowException):
+                span = None
+        return span is None or dense(integers, *span)
+
     def rows_of(self, path: str, holding, selected: list[str], field: str, values: pa.Array, nulls: bool,
                 condition, at_most: int | None = None) -> tuple[pa.Table | None, int, int]:
         """`holding`'s rows (files of the table at `path`, an arrangement or a state table, that
@@ -90,9 +114,11 @@ class KeyedFiles:
         from memory: the join terms of one refresh read the same changed orders' row groups again
         and again (lineitem by l_orderkey: a dozen reads of the same row groups an epoch). Also
         returns how many files were read from their local copies, and how many Parquet row
-        groups were read (decoded or from memory). No rows (None) when the copies' bounds alone
-        show more than `at_most` of them: a read too large for the driver is refused before it is
-        made (TPC-H Q5's supplier changes ask customer for every customer of their nations,
+        groups were read (decoded or from memory). A file's copy is made by a dense read
+        (local_copies.dense), and a sparse one reads the few row groups it needs as Parquet where
+        there is no copy. No rows (None) when the copies' bounds or the row groups' statistics
+        alone show more than `at_most` of them: a read too large for the driver is refused before
+        it is made (TPC-H Q5's supplier changes ask customer for every customer of their nations,
         660,000 rows at scale 10, which the join then reaches by c_custkey instead)."""
         parts, copied_files, row_groups = [], 0, 0
         integers = np.sort(as_integers(values)) if self.copies is not None else None
@@ -100,12 +126,13 @@ class KeyedFiles:
         try:
             fragments = list(holding.get_fragments())
             if integers is not None and at_most is not None:
-                certain = sum(self.copies.certain_rows(f"{path}/{f.path}", f, field, integers) for f in fragments)
-                if certain > at_most:
+                if sum(self._certain_rows(path, f, field, integers) for f in fragments) > at_most:
                     return None, 0, 0
             for fragment in fragments:
                 if integers is not None:
-                    copied = self.copies.rows(f"{path}/{fragment.path}", fragment, field, integers, nulls, selected)
+                    within = f"{path}/{fragment.path}"
+                    copied = self.copies.rows(within, fragment, field, integers, nulls, selected,
+                                              dense=self._dense(path, fragment, field, integers))
                     if copied is not None:
                         parts.append(copied.rename_columns(selected).cast(wanted))
                         copied_files += 1

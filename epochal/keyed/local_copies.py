@@ -20,18 +20,27 @@ folder may share its disk with the warehouse, whose writes must not fail for a c
 scale 10 the copies took 31 GB after the first epoch, and at a tenth of the orders changed a
 source's MERGE failed for want of disk in the third epoch, bench/RESULTS.md), the least recently
 read dropped first, and an arrangement's rebuild deletes the copies of the files it replaced
-(`prune`). A new copy does not displace those read in the latest PROTECTED_REFRESHES refreshes
-(their start times are kept in the folder, for the next process): where the rest would not make
-room for it, it is not made (counted `over_budget`, its file read as Parquet until the next
-refresh). Keyed reads of random keys touch a different share of an arrangement's files every epoch,
-and all of them within a few; once they outgrow the budget, least-recently-read eviction drops
-copies the next epochs read, and their steps make them again, a whole file each (a day at scale 10:
-14 to 27 copies made an epoch, TPC-H Q17's step many times slower; protecting the last two
-refreshes only, 11 evicted and 19 made in the second hourly epoch, bench/RESULTS.md). Kept out this
-way, the files that do not fit are read as Parquet, the row groups holding a key only, and the rest
-stay, as in a scan-resistant cache; a copy unread for a day of hourly refreshes (an arrangement no
-table reads any more) gives way to new ones. Only the refresh's start gives way past them, for the
-free disk the warehouse needs. Each arrangement's copies live in a folder of their own. A copy and
+(`prune`). A new copy does not displace those read densely in the latest PROTECTED_REFRESHES
+refreshes, nor those made in the latest GRACE_REFRESHES (their start times are kept in the folder,
+for the next process): where the rest would not make room for it, it is not made (counted
+`over_budget`, its file read as Parquet until the next refresh). Keyed reads of random keys touch a
+different share of an arrangement's files every epoch, and all of them within a few; once they
+outgrow the budget, least-recently-read eviction drops copies the next epochs read, and their steps
+make them again, a whole file each (a day at scale 10: 14 to 27 copies made an epoch, TPC-H Q17's
+step many times slower; protecting the last two refreshes only, 11 evicted and 19 made in the
+second hourly epoch, bench/RESULTS.md). Kept out this way, the files that do not fit are read as
+Parquet, the row groups holding a key only, and the rest stay, as in a scan-resistant cache; a copy
+unread for a day of hourly refreshes (an arrangement no table reads any more) gives way to new
+ones. Only the refresh's start gives way past them, for the free disk the warehouse needs.
+Which reads count is what a copy buys (`dense`): a read with a key per DENSE_ROWS of a file's rows
+or more decodes much of the file as Parquet, and makes the copy and counts as its read (its
+mtime); a sparser one (TPC-H's few changed suppliers looked up in lineitem by l_suppkey, a
+row group or two a key) reads the copy if there is one and else those row groups, and neither
+makes a copy nor keeps one. So the copies that an arrangement's build made ahead of its reads
+(its bounds' mtime says when) and that no dense read has used since give way after
+GRACE_REFRESHES: at scale 10 the copies of lineitem by l_suppkey and by l_partkey, read for a
+few dozen keys an epoch, took 16 of the 28 GiB the copies had, and orders by o_orderkey, read
+for 18,000 keys an epoch, was kept out for them (bench/RESULTS.md). Each arrangement's copies live in a folder of their own. A copy and
 its bounds are each written under a temporary name, flushed to disk and renamed, bounds first, so a
 crash leaves either both, or no copy (an orphaned bounds file is overwritten by the next copy). A
 copy is not made where less than MIN_FREE_BYTES would stay free (the folder may share its disk with
@@ -72,7 +81,9 @@ CACHED_BOUNDS = 4_096  # copies whose bounds are kept in memory (32 bytes a batc
 RETRY_SECONDS = 600  # a file whose copy failed is read as Parquet this long, then copied again
 MIN_FREE_BYTES = 2 << 30  # free disk a copy must leave (the folder may share its disk with the warehouse)
 SHARE_OF_FREE = 0.5  # the copies take at most this share of their bytes and the free disk together
-PROTECTED_REFRESHES = 24  # a new copy does not displace copies read since the start of this many refreshes
+PROTECTED_REFRESHES = 24  # a new copy does not displace copies read densely since the start of this many refreshes
+GRACE_REFRESHES = 2  # ... nor copies made since the start of this many, read densely or not yet
+DENSE_ROWS = 16_000  # a read with a key per this many of a file's rows makes its copy (`dense`)
 REFRESH_STARTS = "refresh_starts"  # in the folder: the latest refreshes' start times, one a line
 _INT64 = np.iinfo(np.int64)
 
@@ -130,6 +141,26 @@ def one_of(keys: np.ndarray, values: np.ndarray) -> np.ndarray:
     if not len(keys):
         return np.zeros(len(values), dtype=bool)
     return keys[np.minimum(np.searchsorted(keys, values), len(keys) - 1)] == values
+
+
+def dense(keys: np.ndarray, low: int, high: int, rows: int) -> bool:
+    """Whether a read of `keys` (sorted int64) is dense in a file of `rows` rows whose keys lie
+    in [low, high]: at least one key in that range per DENSE_ROWS rows. A dense read decodes
+    a large share of the file's row groups as Parquet, and its copy repays itself; a sparse one
+    (a few changed suppliers looked up in lineitem by l_suppkey) decodes a row group or two a
+    key, and a whole copy would buy it little."""
+    inside = int(np.searchsorted(keys, high, side="right") - np.searchsorted(keys, low, side="left"))
+    return inside > 0 and inside * DENSE_ROWS >= rows
+
+
+def _protected(read: float, made: float, protection: tuple[float, float]) -> bool:
+    """Whether a copy last read densely at `read` (made at `made`) stays against a new one:
+    read densely since the first of `protection`'s times, or made since the second (a copy
+    is read after it is made, by the next refresh at the latest: one made ahead of its reads,
+    by an arrangement's build, that no dense read has touched since, gives way after
+    GRACE_REFRESHES refreshes)."""
+    protected_since, grace_since = protection
+    return (read > made and read >= protected_since) or made >= grace_since
 
 
 class MappedCopy:
@@ -497,9 +528,10 @@ class LocalCopies:
     def make(self, path: str, fragment, key: str) -> str | None:
         """The copy of the Parquet file `fragment` (at `path`), made now unless one exists;
         None when it cannot be made (the file is then read as Parquet)."""
-        target = self._target(path, key)
-        if os.path.exists(target) and os.path.exists(target + ".bounds.npy"):
+        target = self.existing(path, key)
+        if target is not None:
             return target
+        target = self._target(path, key)
         failed_at = self._failed.get(target)
         if failed_at is not None and time.monotonic() - failed_at < self.retry_seconds:
             return None
@@ -532,30 +564,34 @@ class LocalCopies:
                 return None
             self._failed.pop(target, None)
             self._count("made")
-        self._evict(protected_since=self._protected_since())
+        self._evict(protection=self._protection())
         return target
 
     def _admits(self, fragment) -> bool:
-        """Whether a copy of `fragment` fits in the budget beside the copies read since
-        `_protected_since` (the module's docstring), its size taken as the file's uncompressed
-        bytes; always before any refresh was marked."""
-        since = self._protected_since()
-        if since is None:
+        """Whether a copy of `fragment` fits in the budget beside the protected copies
+        (`_protected`), its size taken as the file's uncompressed bytes; always before any
+        refresh was marked."""
+        protection = self._protection()
+        if protection is None:
             return True
         try:
             sizes = self._sizes()
-            budget = self._budget(sum(size for _, size in sizes.values()))
+            budget = self._budget(sum(size for _, size, _ in sizes.values()))
             expected = sum(group.total_byte_size for group in
                            (fragment.metadata.row_group(i) for i in range(fragment.metadata.num_row_groups)))
         except (OSError, AttributeError, pa.ArrowException):
             return True
-        return sum(size for read, size in sizes.values() if read >= since) + expected <= budget
+        kept = sum(size for read, size, made in sizes.values() if _protected(read, made, protection))
+        return kept + expected <= budget
 
-    def _protected_since(self) -> float | None:
-        """The start of the oldest of the latest PROTECTED_REFRESHES refreshes (`give_way` marks
-        them); None before any."""
+    def _protection(self) -> tuple[float, float] | None:
+        """(the start of the oldest of the latest PROTECTED_REFRESHES refreshes, the start of the
+        oldest of the latest GRACE_REFRESHES), which `_protected` holds a copy's times against;
+        None before any refresh was marked (`give_way` marks them)."""
         starts = self._refresh_starts()
-        return starts[-PROTECTED_REFRESHES:][0] if starts else None
+        if not starts:
+            return None
+        return starts[-PROTECTED_REFRESHES:][0], starts[-GRACE_REFRESHES:][0]
 
     def _refresh_starts(self) -> list[float]:
         try:
@@ -626,18 +662,41 @@ class LocalCopies:
                 if os.path.exists(leftover):
                     os.remove(leftover)
 
-    def rows(self, path: str, fragment, key: str, keys: np.ndarray, nulls: bool, columns: list[str]) -> pa.Table | None:
+    def existing(self, path: str, key: str) -> str | None:
+        """The copy of the file at `path` for reads by `key`, if it has one (none is made)."""
+        target = self._target(path, key)
+        return target if os.path.exists(target) and os.path.exists(target + ".bounds.npy") else None
+
+    def span(self, path: str, key: str) -> tuple[int, int, int] | None:
+        """(lowest key, highest key, rows) of the file's copy, from its blocks' bounds (a
+        block without bounds spans every int64); None where it has no readable copy."""
+        target = self.existing(path, key)
+        if target is None:
+            return None
+        try:
+            lows, highs, _, counts = self._bounds_of(target)
+        except (OSError, ValueError):
+            return None
+        if not len(counts):
+            return None
+        return int(lows.min()), int(highs.max()), int(counts.sum())
+
+    def rows(self, path: str, fragment, key: str, keys: np.ndarray, nulls: bool, columns: list[str],
+             dense: bool = True) -> pa.Table | None:
         """The file's rows whose `key` is one of `keys` (sorted int64, dates as days) or NULL (with
         `nulls`), with `columns`; None when there is no usable copy (read the file as Parquet).
         Only the blocks whose bounds admit a key are looked at, and only the rows holding one are
         copied out of the memory-mapped file (the caller still filters by its values, as it does
-        Parquet's rows)."""
-        target = self.make(path, fragment, key)
+        Parquet's rows). A `dense` read (`dense`) makes the copy if there is none, and counts as
+        the copy's read (its mtime) for the budget; a sparse one reads a copy that exists, as it
+        is, and otherwise the file's few row groups as Parquet."""
+        target = self.make(path, fragment, key) if dense else self.existing(path, key)
         if target is None:
             return None
         try:
             found = rows_in_copy(MappedCopy(target), self._bounds_of(target), key, keys, nulls, columns)
-            os.utime(target)
+            if dense:
+                os.utime(target)
             return found
         except (OSError, ValueError, KeyError, pa.ArrowException) as error:
             log.warning("local copy %s of %s not read (%s: %s); the file is read as Parquet",
@@ -645,17 +704,20 @@ class LocalCopies:
             self._drop(target)
             return None
 
-    def certain_rows(self, path: str, fragment, key: str, keys: np.ndarray) -> int:
+    def certain_rows(self, path: str, key: str, keys: np.ndarray) -> int | None:
         """How many of the file's rows surely hold one of `keys` (sorted int64): those of its
-        batches whose bounds are one of them, low and high (0 where that is not known: no copy,
-        or one made before the copies counted their batches' rows)."""
-        target = self.make(path, fragment, key)
-        if target is None or not len(keys):
+        copy's blocks whose bounds are one of them, low and high (0 where a copy made before the
+        copies counted their blocks' rows cannot tell); None where the file has no copy (none
+        is made for it: its row groups' statistics tell, file_pruning)."""
+        target = self.existing(path, key)
+        if target is None:
+            return None
+        if not len(keys):
             return 0
         try:
             bounds = self._bounds_of(target)
         except (OSError, ValueError):
-            return 0
+            return None
         if bounds.shape[0] < 4:
             return 0
         lows, highs, null_counts, counts = bounds
@@ -664,8 +726,8 @@ class LocalCopies:
     def expected_rows(self, path: str, key: str, keys: np.ndarray) -> float | None:
         """expected_rows of the file's copy for `keys` (sorted int64), from its blocks' bounds
         alone; None where the file has no copy (none is made for the estimate)."""
-        target = self._target(path, key)
-        if not (os.path.exists(target) and os.path.exists(target + ".bounds.npy")):
+        target = self.existing(path, key)
+        if target is None:
             return None
         try:
             bounds = self._bounds_of(target)
@@ -709,14 +771,17 @@ class LocalCopies:
         with self._guard:
             self._over_budget.clear()
 
-    def _sizes(self) -> dict[str, tuple[float, int]]:
-        """Each copy's last read (its mtime) and bytes; and what a killed process left half
+    def _sizes(self) -> dict[str, tuple[float, int, float]]:
+        """Each copy's last dense read (its mtime), bytes, and when it was made (its bounds'
+        mtime, written after it and never touched); and what a killed process left half
         written an hour ago or more is deleted."""
         if not os.path.isdir(self.directory):
             return {}
         entries = [e for folder in os.scandir(self.directory) if folder.is_dir() for e in os.scandir(folder.path)]
-        sizes = {e.path: (stat.st_mtime, stat.st_size) for e in entries if e.name.endswith(".arrow")
-                 for stat in (e.stat(),)}
+        made = {e.path.removesuffix(".bounds.npy"): e.stat().st_mtime for e in entries
+                if e.name.endswith(".bounds.npy")}
+        sizes = {e.path: (stat.st_mtime, stat.st_size, made.get(e.path, stat.st_mtime))
+                 for e in entries if e.name.endswith(".arrow") for stat in (e.stat(),)}
         for entry in entries:
             if entry.name.endswith(".tmp") and entry.stat().st_mtime < time.time() - ABANDONED_SECONDS:
                 os.remove(entry.path)
@@ -727,18 +792,20 @@ class LocalCopies:
         their bytes and the free disk together where that is less."""
         return min(self.max_bytes, int(self.share_of_free * (total + shutil.disk_usage(self.directory).free)))
 
-    def _evict(self, protected_since: float | None = None) -> None:
-        """Drop the least recently read copies while they exceed their budget (`_budget`), those
-        read since `protected_since` excepted."""
+    def _evict(self, protection: tuple[float, float] | None = None) -> None:
+        """Drop the least recently read copies while they exceed their budget (`_budget`), the
+        protected ones (`_protected`, under `protection`) excepted."""
         try:
             sizes = self._sizes()
-            total = sum(size for _, size in sizes.values())
+            total = sum(size for _, size, _ in sizes.values())
             budget = self._budget(total) if sizes else 0
         except OSError:
             return
-        for target, (read, size) in sorted(sizes.items(), key=lambda item: item[1][0]):
-            if total <= budget or (protected_since is not None and read >= protected_since):
+        for target, (read, size, made) in sorted(sizes.items(), key=lambda item: item[1][0]):
+            if total <= budget:
                 break
+            if protection is not None and _protected(read, made, protection):
+                continue
             self._drop(target)
             self._count("evicted")
             total -= size
