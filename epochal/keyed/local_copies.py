@@ -12,7 +12,7 @@ rows, not record batches: random keys admit most blocks of a large file, and a b
 call per block (`python -m bench.step_profile 1 $(seq 1 22) --together --by-self` showed those
 calls and the copying of every admitted row as the largest cost of a TPC-H epoch's steps). Like
 Databricks' disk cache, a copy is derived from an immutable file (a Delta data file is never
-rewritten, so its path names its contents): a missing copy is made again by the next read that
+rewritten, so its path names its contents): a missing copy is made again by the next dense read that
 needs it, a damaged one is deleted and its file read as Parquet, the copies are bounded by
 COPY_BYTES on disk and by the free disk they leave (at most SHARE_OF_FREE of their bytes and the
 free disk together, checked as each copy is made and at the start of every refresh, `give_way`: the
@@ -40,8 +40,9 @@ makes a copy nor keeps one. So the copies that an arrangement's build made ahead
 (its bounds' mtime says when) and that no dense read has used since give way after
 GRACE_REFRESHES: at scale 10 the copies of lineitem by l_suppkey and by l_partkey, read for a
 few dozen keys an epoch, took 16 of the 28 GiB the copies had, and orders by o_orderkey, read
-for 18,000 keys an epoch, was kept out for them (bench/RESULTS.md). Each arrangement's copies live in a folder of their own. A copy and
-its bounds are each written under a temporary name, flushed to disk and renamed, bounds first, so a
+for 18,000 keys an epoch, was kept out for them (bench/RESULTS.md).
+Each arrangement's copies live in a folder of their own. A copy and its bounds are each written
+under a temporary name, flushed to disk and renamed, bounds first, so a
 crash leaves either both, or no copy (an orphaned bounds file is overwritten by the next copy). A
 copy is not made where less than MIN_FREE_BYTES would stay free (the folder may share its disk with
 the warehouse), and one that failed is tried again after RETRY_SECONDS; each such fallback to
@@ -478,10 +479,10 @@ class LocalCopies:
 
     def take_counts(self) -> dict[str, int]:
         """Copies made, failed, not made for want of free disk (`no_room`) or of room in their
-        budget beside the copies read in the latest refreshes (`over_budget`, once a file a
+        budget beside the protected copies (`_protected`; `over_budget`, once a file a
         refresh), and dropped for the budget (`evicted`) since the last call: a read falls back
         to Parquet where there is no copy, slower but the same rows, and a dropped copy is made
-        again by the next read that needs it, so each is counted for the refresh's reports rather
+        again by the next dense read that needs it, so each is counted for the refresh's reports rather
         than shown in a log line only."""
         with self._guard:
             counts, self._counts = dict(self._counts), collections.Counter()
@@ -543,8 +544,9 @@ class LocalCopies:
         if target in self._over_budget:
             return None
         if not self._admits(fragment):
-            log.info("no local copy of %s in this refresh: the copies read in the latest %d refreshes fill their "
-                     "budget under %s; it is read as Parquet", path, PROTECTED_REFRESHES, self.directory)
+            log.info("no local copy of %s in this refresh: the copies read densely in the latest %d refreshes, or "
+                     "made in the latest %d, fill their budget under %s; it is read as Parquet", path,
+                     PROTECTED_REFRESHES, GRACE_REFRESHES, self.directory)
             with self._guard:
                 self._over_budget.add(target)
             self._count("over_budget")
@@ -687,9 +689,10 @@ class LocalCopies:
         `nulls`), with `columns`; None when there is no usable copy (read the file as Parquet).
         Only the blocks whose bounds admit a key are looked at, and only the rows holding one are
         copied out of the memory-mapped file (the caller still filters by its values, as it does
-        Parquet's rows). A `dense` read (`dense`) makes the copy if there is none, and counts as
-        the copy's read (its mtime) for the budget; a sparse one reads a copy that exists, as it
-        is, and otherwise the file's few row groups as Parquet."""
+        Parquet's rows). A dense read (`dense`: the module's function) makes the copy if there is
+        none, and counts as the copy's read (its mtime) for the budget; a sparse one reads a copy
+        that exists, as it is, and otherwise returns None for the file's few row groups to be read
+        as Parquet."""
         target = self.make(path, fragment, key) if dense else self.existing(path, key)
         if target is None:
             return None
