@@ -99,6 +99,30 @@ def integers_and_nulls(column: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return values, missing
 
 
+def _joined_groups(metadata, rows: int) -> list[list[int]]:
+    """The file's non-empty row groups, in order, joined into runs of about `rows` rows: one
+    decode call a run, not a call per row group (an arrangement's row groups are small)."""
+    runs, run, held = [], [], 0
+    for group in range(metadata.num_row_groups):
+        size = metadata.row_group(group).num_rows
+        if not size:
+            continue
+        run.append(group)
+        held += size
+        if held >= rows:
+            runs.append(run)
+            run, held = [], 0
+    return runs + [run] if run else runs
+
+
+def _block_starts(metadata, groups: list[int], block_rows: int) -> np.ndarray:
+    """Where each block of bounds starts among the rows of `groups` read together: every
+    `block_rows` rows from each row group's first, so no block spans two row groups."""
+    sizes = np.array([metadata.row_group(group).num_rows for group in groups], np.int64)
+    firsts = np.cumsum(sizes) - sizes
+    return np.concatenate([first + np.arange(0, size, block_rows) for first, size in zip(firsts, sizes)])
+
+
 def _rows_of_blocks(starts: np.ndarray, counts: np.ndarray, chosen: np.ndarray) -> np.ndarray:
     """The row numbers (ascending int64) of the blocks `chosen` (a mask), block i holding
     counts[i] rows from starts[i]."""
@@ -625,31 +649,19 @@ class LocalCopies:
                 schema = parquet.schema_arrow
                 field = {n.lower(): i for i, n in enumerate(schema.names)}[key.lower()]
                 lows, highs, nulls, counts = [], [], [], []
-                pending: list[pa.Table] = []
-
-                def write_pending() -> None:
-                    for batch in pa.concat_tables(pending).combine_chunks().to_batches():
-                        writer.write_batch(layout.pack(batch))
-                    pending.clear()
-
                 layout = Layout.of(schema, apart=(schema.names[field],))
                 with pa.OSFile(temporary + ".arrow.tmp", "wb") as sink, \
                         ipc.new_file(sink, layout.stored_schema()) as writer:
-                    for group in range(parquet.num_row_groups):
-                        rows = parquet.read_row_group(group)
-                        if not rows.num_rows:
-                            continue
+                    for groups in _joined_groups(parquet.metadata, self.copy_batch_rows):
+                        rows = parquet.read_row_groups(groups, use_threads=False)
                         values, missing = integers_and_nulls(rows.column(field).combine_chunks())
-                        starts = np.arange(0, rows.num_rows, self.batch_rows)
+                        starts = _block_starts(parquet.metadata, groups, self.batch_rows)
                         lows.append(np.minimum.reduceat(np.where(missing, _INT64.max, values), starts))
                         highs.append(np.maximum.reduceat(np.where(missing, _INT64.min, values), starts))
                         nulls.append(np.add.reduceat(missing.astype(np.int64), starts))
                         counts.append(np.diff(np.append(starts, rows.num_rows)))
-                        pending.append(rows)
-                        if sum(t.num_rows for t in pending) >= self.copy_batch_rows:
-                            write_pending()
-                    if pending:
-                        write_pending()
+                        for batch in rows.combine_chunks().to_batches():
+                            writer.write_batch(layout.pack(batch))
             bounds = np.stack([np.concatenate(part).astype(np.int64) if part else np.empty(0, np.int64)
                                for part in (lows, highs, nulls, counts)])
             with open(temporary + ".npy.tmp", "wb") as out:
