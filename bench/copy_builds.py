@@ -13,6 +13,7 @@ Prints seconds per part and file, and their medians.
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import tempfile
 import time
@@ -83,9 +84,10 @@ def main(argv=None) -> None:
     scratch = Path(tempfile.mkdtemp(prefix="copy-builds-"))
     copies = LocalCopies(str(scratch))
 
-    def engine_copy(path, fragment, number=[0]):
-        number[0] += 1
-        copies._copy(fragment, arguments.key, str(scratch / f"copy-{number[0]}.arrow"))
+    numbers = itertools.count(1)
+
+    def engine_copy(path, fragment):
+        copies._copy(fragment, arguments.key, str(scratch / f"copy-{next(numbers)}.arrow"))
 
     parts = {"decode by row group": lambda p, f: by_group(p),
              f"decode {arguments.chunk} row groups a call": lambda p, f: by_chunk(p),
