@@ -434,7 +434,7 @@ def _epoch(engine, spark, root: str, generator, index: int, queries: list[str], 
             rows_read=report.rows_read, rows_inserted=report.rows_inserted, rows_deleted=report.rows_deleted,
             phases=report.detail.get("phases", {}), cost=report.detail.get("cost", {}),
             estimate=report.detail.get("estimate"), replaced=report.detail.get("replaced"),
-            gave_up=report.detail.get("gave_up"),
+            gave_up=report.detail.get("gave_up"), copying_seconds=report.detail.get("copying"),
         )
     changed = {t: batch.counts(t) for t in SOURCES}
     return dict(index=index, floor_seconds=_rounded(floor), floor_driver_seconds=_rounded(floor_driver),

@@ -424,9 +424,9 @@ def given_up(rows: int, seconds: float) -> Step:
 
 
 def test_a_step_on_the_driver_past_fixed_cost_rows_has_a_budget_of_a_rescan():
-    """Ski rental: a step runs as long as a rescan is expected to take (its output, a first run's
-    discounted), or MARGIN times its own estimate where that is more; a small change, a change
-    that is Spark's, and a table with no rescan yet have none."""
+    """Ski rental: a step of a table without state runs as long as a rescan is expected to take
+    (its output, a first run's discounted), or MARGIN times its own estimate where that is more; a
+    small change, a change that is Spark's, and a table with no rescan yet have none."""
     first = [step("rescan", 7.0, reason="FIRST_RUN")]
     rows = cost.EXTRAPOLATE * cost.FIXED_COST_ROWS + 1
     assert cost.budget(first, rows, None, spark_path=False) == pytest.approx(cost.BUDGET * 7.0 / cost.FIRST_RUN_OVERSTATES)
@@ -437,6 +437,25 @@ def test_a_step_on_the_driver_past_fixed_cost_rows_has_a_budget_of_a_rescan():
     found = cost.estimate(history, rows, spark_path=False)
     assert not found.favours_rescan
     assert cost.budget(history, rows, found, spark_path=False) == pytest.approx(cost.MARGIN * found.incremental)
+
+
+def test_a_budget_counts_the_state_rebuild_that_giving_up_costs():
+    """A rescan for cost keeps no state: the way back to incremental steps rebuilds it, so giving
+    up costs that rebuild too (the median of the last rescans that wrote the state, a first run's
+    discounted); a table without state has none to rebuild."""
+    rows = cost.EXTRAPOLATE * cost.FIXED_COST_ROWS + 1
+    first = step("rescan", 14.0, reason="FIRST_RUN")
+    first.state_versions = {"join": 0}
+    output = 14.0 / cost.FIRST_RUN_OVERSTATES
+    assert cost.budget([first], rows, None, spark_path=False) == pytest.approx(cost.BUDGET * 2 * output)
+    for_cost = step("rescan", 3.0, reason="COST: estimated")  # no state: not a rebuild
+    rebuilt = step("rescan", 8.0, reason=f"STATE_MISSING: {reasons.NOT_KEPT}, which is to run incrementally")
+    rebuilt.state_versions = {"join": 4}
+    history = [first, for_cost, rebuilt]
+    # the rescan: the one for cost (3 s); the rebuild: the median of 10 s and 8 s
+    assert cost.budget(history, rows, None, spark_path=False) == pytest.approx(cost.BUDGET * (3.0 + 9.0))
+    stateless = step("rescan", 14.0, reason="FIRST_RUN")
+    assert cost.budget([stateless], rows, None, spark_path=False) == pytest.approx(cost.BUDGET * output)
 
 
 def test_a_step_given_up_is_a_floor_and_a_change_of_its_rows_rescans_until_it_explores():

@@ -11,6 +11,7 @@ import datetime
 import decimal
 import mmap
 import os
+import threading
 import time
 
 import numpy as np
@@ -24,7 +25,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from epochal.keyed.file_pruning import as_integers, certain_rows_in_row_groups, expected_rows_in_row_groups
-from epochal.keyed.local_copies import DENSE_ROWS, PROTECTED_REFRESHES, LocalCopies, MappedCopy, absent_pages, dense
+from epochal.keyed.local_copies import (DENSE_ROWS, PROTECTED_REFRESHES, LocalCopies, MappedCopy, absent_pages, dense,
+                                        making_seconds)
 
 KEYS = st.lists(st.one_of(st.none(), st.integers(-40, 40)), min_size=1, max_size=300)
 
@@ -151,6 +153,45 @@ def test_a_damaged_copy_is_dropped_and_made_again(tmp_path, caplog):
     assert "not read" in caplog.text and not os.path.exists(target)
     again = copies.rows(path, fragment, "k", keys, False, ["v"])
     assert sorted(again.column("v").to_pylist()) == [3, 50, 99]
+
+
+def test_the_seconds_making_copies_are_counted_for_the_thread_that_made_or_awaited_them(tmp_path):
+    """What a step's budget leaves out (cost.budget): a thread's clock moves while it makes a copy,
+    or waits on another thread making the one it needs, and not for another thread's copy or for a
+    copy that exists."""
+    path, fragment, _ = _file(str(tmp_path), list(range(100)), date=False)
+    copies = LocalCopies(str(tmp_path / "copies"), batch_rows=8)
+    made = copies._copy
+    started, release = threading.Event(), threading.Event()
+
+    def slow_copy(*args):
+        started.set()
+        release.wait(5)
+        made(*args)
+
+    copies._copy = slow_copy
+    clocks = {}
+
+    def make(name: str) -> None:
+        before = making_seconds()
+        copies.make(path, fragment, "k")
+        clocks[name] = making_seconds() - before
+
+    maker = threading.Thread(target=make, args=("maker",))
+    maker.start()
+    assert started.wait(5)
+    waiter = threading.Thread(target=make, args=("waiter",))
+    waiter.start()
+    time.sleep(0.3)
+    ours = making_seconds()
+    release.set()
+    maker.join()
+    waiter.join()
+    assert clocks["maker"] >= 0.3 and clocks["waiter"] >= 0.2, clocks
+    assert making_seconds() == ours
+    before = making_seconds()
+    assert copies.make(path, fragment, "k") is not None
+    assert making_seconds() == before  # an existing copy is not a copy made
 
 
 def test_no_copy_is_made_that_would_leave_too_little_disk_free_and_each_fallback_is_counted(tmp_path):

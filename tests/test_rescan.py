@@ -367,6 +367,7 @@ def test_a_step_past_its_budget_is_given_up_for_a_rescan_and_its_size_explored_a
     assert [s.status for s in steps if s.epoch == steps[-1].epoch] == ["started", "abandoned", "started", "committed"]
     last = engine.table("t").ledger.last_committed()
     assert last.detail["gave_up"]["rows"] == 40 and last.detail["gave_up"]["budget"] == 0.0, last.detail
+    assert last.detail["gave_up"]["copying"] >= 0.0
     assert (last.detail["state"], last.state_versions) == (reasons.STATE_NOT_KEPT, {})
     for batch in range(2, cost.EXPLORE_AFTER + 1):
         a.insert([(1000 * batch + i, "xyz"[i % 3], i, "w") for i in range(40)])

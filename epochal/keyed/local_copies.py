@@ -89,6 +89,16 @@ REFRESH_STARTS = "refresh_starts"  # in the folder: the latest refreshes' start 
 _INT64 = np.iinfo(np.int64)
 
 
+_this_thread = threading.local()
+
+
+def making_seconds() -> float:
+    """The seconds the calling thread has spent making local copies, or waiting for the thread
+    making one it needs, since it began: a cache fill for later refreshes, which the cost model
+    does not count against a step's budget (epochal.protocol.cost, "Budget")."""
+    return getattr(_this_thread, "making_seconds", 0.0)
+
+
 def integers_and_nulls(column: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """`column` (integers or dates) as int64, dates as days since 1970; and where it is NULL."""
     if pa.types.is_date(column.type):
@@ -575,6 +585,14 @@ class LocalCopies:
                 self._over_budget.add(target)
             self._count("over_budget")
             return None
+        started = time.monotonic()
+        try:
+            return self._made(path, fragment, key, target)
+        finally:
+            _this_thread.making_seconds = making_seconds() + time.monotonic() - started
+
+    def _made(self, path: str, fragment, key: str, target: str) -> str | None:
+        """`make`'s copy, made by this thread or awaited from the one making it."""
         with self._guard:
             making = self._making.setdefault(target, threading.Lock())
         with making:

@@ -15,6 +15,7 @@ from .. import settings
 from ..arrow_rows import held_exactly, held_rows
 from ..changes import NEW, InputRange
 from ..graph import Node, Scan, walk
+from ..keyed.local_copies import making_seconds
 from ..keyed.shared_reads import SharedReads
 from ..keyed.state import StateStore
 from ..metrics import Meter
@@ -71,11 +72,19 @@ class Context:
         self.persisted: list[DataFrame] = []
         self._deadline: float | None = None
         self._give_up: Callable[[], Exception] | None = None
+        self._making_from = making_seconds()
 
     def budget(self, deadline: float, give_up: Callable[[], Exception]) -> None:
-        """Give up computing the change once `deadline` (time.monotonic) has passed: the change
-        batch of the next node begun or finished raises `give_up()` instead (the cost model's budget)."""
+        """Give up computing the change once `deadline` (time.monotonic), put off by the seconds
+        spent making local copies (`copying_seconds`), has passed: the change batch of the next
+        node begun or finished raises `give_up()` instead (the cost model's budget)."""
         self._deadline, self._give_up = deadline, give_up
+
+    @property
+    def copying_seconds(self) -> float:
+        """The seconds this step's thread has spent making local copies since the step began
+        (keyed.local_copies.making_seconds): not counted against its budget."""
+        return making_seconds() - self._making_from
 
     @cached_property
     def typing_confs(self) -> tuple:
@@ -154,7 +163,7 @@ class Context:
         return self._deltas[id(node)]
 
     def _within_budget(self) -> None:
-        if self._deadline is not None and time.monotonic() > self._deadline:
+        if self._deadline is not None and time.monotonic() - self.copying_seconds > self._deadline:
             raise self._give_up()
 
     def snapshot(self, node: Node, side: str) -> DataFrame:

@@ -80,13 +80,21 @@ Estimates, each a median so that one step slowed by a busy machine does not deci
   on the same change, took 7.0 s, 2.8 s of it the state build (`python -m bench.cost_rescans 10`).
 
 Budget: a step on the driver of more than EXTRAPOLATE times FIXED_COST_ROWS change rows runs only
-as long as a rescan is expected to take (`budget`: BUDGET times a rescan's output seconds, or MARGIN
-times the step's own estimate where that is more), and is then given up for a rescan for cost. It
-is the rent-or-buy rule of the ski-rental problem (Karlin, Manasse, Rudolph and Sleator,
-"Competitive snoopy caching"): an exploring step costs its epoch at most about twice a rescan,
-whatever the step would have cost. Being held on the driver does not bound a step's cost: at a
-tenth of TPC-H's orders changed at scale 10, Q2's first step, of 40,000 rows, took five times its
-recompute (bench/RESULTS.md). The step checks its budget as each node's change begins and ends
+as long as giving it up is expected to cost (`budget`: BUDGET times a rescan's output seconds and
+the state's rebuild, or MARGIN times the step's own estimate where that is more), and is then
+given up for a rescan for cost. It is the rent-or-buy rule of the ski-rental problem (Karlin,
+Manasse, Rudolph and Sleator, "Competitive snoopy caching"): an exploring step costs at most about
+twice what giving it up costs, whatever the step would have cost. Being held on the driver does not
+bound a step's cost: at a tenth of TPC-H's orders changed at scale 10, Q2's first step, of 40,000
+rows, took five times its recompute (bench/RESULTS.md). Giving up costs more than the rescan that
+follows: a rescan for cost keeps no state, so the table's way back to incremental steps is a
+rebuild of it (`_rebuild_seconds`). With the rescan alone as the budget, a day at scale 10 gave up
+TPC-H Q7 past 18.9 s, rescanned it in 32.7 s and rebuilt its state in 28.0 s the next epoch, where
+its steps took 6.7 s in the median (bench/RESULTS.md). The seconds a step spends making local
+copies (keyed.local_copies, `making_seconds`) do not count against it: they fill a cache for the
+epochs after it, which a rescan would not make unneeded. In the same day, the first hourly epoch
+made ten copies, and Q3, given up past 16.6 s, rescanned for three epochs where its steps took 2.7 s
+in the median after. The step checks its budget as each node's change begins and ends
 (`Context.budget`), so it overruns by at most one node's own work, and nothing is written by then.
 Its rows and seconds (`gave_up`, in the rescan's detail) are a floor, scaled linearly with the
 rows, for the estimates of the next GIVE_UP_HELD steps that compute anything (a day of hourly
@@ -312,17 +320,26 @@ def _rescans(history: list) -> tuple[list, list]:
 
 
 def budget(history: list, rows: int, found: Estimate | None, spark_path: bool) -> float | None:
-    """The seconds an incremental step of `rows` change rows on the driver may run, from its start,
-    before it gives up for a rescan for cost (the module's docstring, "Budget"): BUDGET times a
-    rescan's estimate, or MARGIN times the step's own estimate where that is more; None on Spark's
-    path, for a change of at most EXTRAPOLATE times FIXED_COST_ROWS, or before any rescan."""
+    """The seconds an incremental step of `rows` change rows on the driver may run, not counting
+    the local copies it makes, before it gives up for a rescan for cost (the module's docstring,
+    "Budget"): BUDGET times what giving up costs (a rescan's estimate, and the state's rebuild on the
+    way back, `_rebuild_seconds`), or MARGIN times the step's own estimate where that is more; None
+    on Spark's path, for a change of at most EXTRAPOLATE times FIXED_COST_ROWS, or before any rescan."""
     if spark_path or rows <= EXTRAPOLATE * FIXED_COST_ROWS:
         return None
     _, rescans = _rescans(history)
     if not rescans:
         return None
-    output = _rescan_output_seconds(rescans)
-    return max(BUDGET * output, MARGIN * found.incremental if found is not None else 0.0)
+    given_up = _rescan_output_seconds(rescans) + _rebuild_seconds(history)
+    return max(BUDGET * given_up, MARGIN * found.incremental if found is not None else 0.0)
+
+
+def _rebuild_seconds(history: list) -> float:
+    """What rebuilding the state costs a table that comes back from rescans for cost (which keep
+    none): the median of its last RESCAN_SEEN rescans that wrote the state, their whole seconds (a
+    first run's divided by FIRST_RUN_OVERSTATES); 0 for a table without state."""
+    wrote = _last(history, lambda s: s.technique == "rescan" and bool(s.state_versions), RESCAN_SEEN)
+    return statistics.median(_rescan_seconds(s, keeps_state=True) for s in wrote) if wrote else 0.0
 
 
 def _given_up(history: list) -> dict | None:

@@ -386,7 +386,7 @@ def _compute_and_write_metered(env: Environment, table, step: Step, began: float
             step.detail["spark_changes"] = sorted(set(ctx.spark_changes))
             budget = _weigh(env, table, step, history, rows_read)
             if budget is not None:
-                ctx.budget(began + budget, partial(_over_budget, table, rows_read, budget, began,
+                ctx.budget(began + budget, partial(_over_budget, table, rows_read, budget, began, ctx,
                                                       step.detail.get("estimate") or {}))
             # the epoch-start snapshots the delta rules read (planned here, read below) are Delta's to refuse, too
             refused = partial(reasons.refusals, f"the inputs of {table.name!r} as of this epoch's start")
@@ -433,6 +433,8 @@ def _compute_and_write_metered(env: Environment, table, step: Step, began: float
             change.unpersist()
         if ctx is not None:
             ctx.unpersist()
+    if ctx is not None and ctx.copying_seconds:
+        step.detail["copying"] = round(ctx.copying_seconds, 3)  # within its phases' seconds (cost.budget)
     return _commit(table, step, env, phases, began, meter, rows_read=rows_read, inserted=inserted,
                    deleted=deleted, output_version=output_version, state_versions=state_versions)
 
@@ -509,15 +511,20 @@ def _weigh(env: Environment, table, step: Step, history: list[Step], rows_read: 
     return cost.budget(history, rows_read, estimate, spark_path) if weighed else None
 
 
-def _over_budget(table, rows: int, budget: float, began: float, estimate: dict) -> reasons.Costly:
+def _over_budget(table, rows: int, budget: float, began: float, ctx: Context, estimate: dict) -> reasons.Costly:
     """The rescan for cost that an incremental step past its budget (cost.budget) gives up for: its
-    rows and seconds so far are recorded (`gave_up`), a floor for the estimates after it."""
-    spent = round(time.monotonic() - began, 3)
+    rows and seconds so far, without those it spent making local copies, are recorded (`gave_up`),
+    a floor for the estimates after it."""
+    copying = ctx.copying_seconds
+    spent = round(time.monotonic() - began - copying, 3)
     return reasons.Costly(
         reasons.Trigger(reasons.COST, f"an incremental step of {rows} change rows on the driver was given up after "
-                                      f"{spent:.1f} s, past its budget of {budget:.1f} s (what a rescan is "
-                                      f"expected to take); table {table.name!r} is rescanned instead"),
-        {"estimate": {**estimate, "rows": rows}, "gave_up": {"rows": rows, "seconds": spent, "budget": round(budget, 3)}})
+                                      f"{spent:.1f} s" + (f" (and {copying:.1f} s making local copies)" if copying else "")
+                                      + f", past its budget of {budget:.1f} s (what giving it up is expected to "
+                                      f"cost: a rescan, and the state's rebuild); table {table.name!r} is rescanned "
+                                      "instead"),
+        {"estimate": {**estimate, "rows": rows},
+         "gave_up": {"rows": rows, "seconds": spent, "budget": round(budget, 3), "copying": round(copying, 3)}})
 
 
 def _commit(table, step: Step, env: Environment, phases: Phases, began: float, meter: Meter | None = None, *, rows_read: int = 0, inserted: int = 0,
