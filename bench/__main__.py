@@ -569,12 +569,14 @@ def _status_kilobytes(pid: int, field: str) -> int | None:
 class _TogetherSampler:
     """The driver's resident memory, Python's and the JVM's at the same moment, sampled every
     INTERVAL seconds from `_reset_peaks` to `_peak_gigabytes`: each process's own peak (VmHWM)
-    comes at its own moment, so their sum only bounds the driver's peak from above."""
+    comes at its own moment, so their sum only bounds the driver's peak from above. Also the peak
+    of their anonymous memory (RssAnon) summed at one moment: the resident set counts the pages of
+    files a process maps, the local copies' among them, which the kernel can drop and read again."""
 
     INTERVAL = 0.2
 
     def __init__(self, pids: list[int]):
-        self.pids, self.peak = pids, 0
+        self.pids, self.peak, self.peak_anonymous = pids, 0, 0
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._sample, name="bench-memory", daemon=True)
         self._thread.start()
@@ -584,11 +586,15 @@ class _TogetherSampler:
             sizes = [_status_kilobytes(pid, "VmRSS") for pid in self.pids]
             if None not in sizes:
                 self.peak = max(self.peak, sum(sizes))
+            anonymous = [_status_kilobytes(pid, "RssAnon") for pid in self.pids]
+            if None not in anonymous:
+                self.peak_anonymous = max(self.peak_anonymous, sum(anonymous))
 
-    def stop(self) -> float | None:
+    def stop(self) -> tuple[float | None, float | None]:
+        """The peaks of the resident sets and of their anonymous memory, each summed at one moment, in GiB."""
         self._stopped.set()
         self._thread.join()
-        return round(self.peak / (1 << 20), 2) if self.peak else None
+        return tuple(round(peak / (1 << 20), 2) if peak else None for peak in (self.peak, self.peak_anonymous))
 
 
 _sampler: _TogetherSampler | None = None
@@ -603,15 +609,16 @@ def _peak_gigabytes(spark) -> dict[str, float | None]:
         kilobytes = _status_kilobytes(pid, "VmHWM")
         return None if kilobytes is None else round(kilobytes / (1 << 20), 2)
 
-    together = _sampler.stop() if _sampler is not None else None
+    together, anonymous = _sampler.stop() if _sampler is not None else (None, None)
     _sampler = None
-    return {name: peak(pid) for name, pid in _driver_pids(spark).items()} | {"together": together}
+    return {name: peak(pid) for name, pid in _driver_pids(spark).items()} | {"together": together,
+                                                                            "together_anonymous": anonymous}
 
 
 def _highest(peaks: list[dict]) -> dict[str, float | None]:
     """Per process, the highest of several phases' peaks."""
     return {name: max((p[name] for p in peaks if p.get(name) is not None), default=None)
-            for name in ("python", "jvm", "together")}
+            for name in ("python", "jvm", "together", "together_anonymous")}
 
 
 def _together(each: dict) -> tuple[float | None, bool]:
@@ -895,12 +902,14 @@ def _peak_line(run: dict) -> list[str]:
                 f"Spark's JVM {_format(peak.get('jvm'))} GiB.", ""]
     lines = ["Driver peak resident memory per phase (VmHWM, started over at each phase, so it includes what "
              "the processes held going into it; together: their sum sampled at one moment, or where marked the "
-             "sum of the two peaks, an upper bound):", "", "| phase | Python GiB | Spark's JVM GiB | together GiB |",
-             "|---|---:|---:|---:|"]
+             "sum of the two peaks, an upper bound; anonymous: the peak of their anonymous memory summed at one "
+             "moment, without the pages of mapped files such as the local copies, which the kernel can drop):", "",
+             "| phase | Python GiB | Spark's JVM GiB | together GiB | anonymous GiB |", "|---|---:|---:|---:|---:|"]
     for phase, each in peak.items():
         together, sampled = _together(each)
         lines.append(f"| {phase} | {_format(each.get('python'))} | {_format(each.get('jvm'))} | {_format(together)}"
-                     f"{'' if sampled or together is None else ' (summed)'} |")
+                     f"{'' if sampled or together is None else ' (summed)'} | "
+                     f"{_format(each.get('together_anonymous'))} |")
     return lines + [""]
 
 
