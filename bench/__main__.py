@@ -559,11 +559,21 @@ def _reset_peaks(spark) -> None:
 
 
 def _status_kilobytes(pid: int, field: str) -> int | None:
+    return _status_fields(pid, (field,))[0]
+
+
+def _status_fields(pid: int, fields: tuple[str, ...]) -> list[int | None]:
+    """`fields` of /proc/<pid>/status in kilobytes, read in one pass; None where one is missing."""
+    found: dict[str, int] = {}
     try:
         with open(f"/proc/{pid}/status") as status:
-            return int(next(line for line in status if line.startswith(field + ":")).split()[1])
-    except (OSError, StopIteration, ValueError, TypeError):
-        return None
+            for line in status:
+                name, _, value = line.partition(":")
+                if name in fields:
+                    found[name] = int(value.split()[0])
+    except (OSError, ValueError, IndexError, TypeError):
+        pass
+    return [found.get(field) for field in fields]
 
 
 class _TogetherSampler:
@@ -583,10 +593,10 @@ class _TogetherSampler:
 
     def _sample(self) -> None:
         while not self._stopped.wait(self.INTERVAL):
-            sizes = [_status_kilobytes(pid, "VmRSS") for pid in self.pids]
+            read = [_status_fields(pid, ("VmRSS", "RssAnon")) for pid in self.pids]
+            sizes, anonymous = [each[0] for each in read], [each[1] for each in read]
             if None not in sizes:
                 self.peak = max(self.peak, sum(sizes))
-            anonymous = [_status_kilobytes(pid, "RssAnon") for pid in self.pids]
             if None not in anonymous:
                 self.peak_anonymous = max(self.peak_anonymous, sum(anonymous))
 

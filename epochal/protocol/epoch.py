@@ -433,8 +433,9 @@ def _compute_and_write_metered(env: Environment, table, step: Step, began: float
             change.unpersist()
         if ctx is not None:
             ctx.unpersist()
-    if ctx is not None and ctx.copying_seconds:
-        step.detail["copying"] = round(ctx.copying_seconds, 3)  # within its phases' seconds (cost.budget)
+    copying = ctx.copying_seconds if ctx is not None else 0.0
+    if copying:
+        step.detail["copying"] = round(copying, 3)  # within its phases' seconds (cost.budget)
     return _commit(table, step, env, phases, began, meter, rows_read=rows_read, inserted=inserted,
                    deleted=deleted, output_version=output_version, state_versions=state_versions)
 
