@@ -170,6 +170,14 @@ def s3_logstore_jar() -> str:
 
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 QUIET_JVM = "-Dlog4j2.level=WARN"
+# G1 hands heap back to the system only where more than MaxHeapFreeRatio of it is free after a
+# concurrent cycle (70% by default), so a driver keeps for its life the heap its largest job grew
+# (a first epoch's builds, a recompute): a day of epochs in one process held its JVM at that peak
+# through every hourly epoch. At 30% (and growing to leave 10% free) the heap follows what the
+# work holds, and a concurrent cycle after 15 s without a collection returns an idle driver's
+# (bench/RESULTS.md, a day at scale 10 in one process). Options given later (EPOCHAL_SPARK_CONF,
+# SparkSettings.extra_conf) come after these on the JVM's command line, and the last one wins.
+HEAP_RETURNED = "-XX:MaxHeapFreeRatio=30 -XX:MinHeapFreeRatio=10 -XX:G1PeriodicGCInterval=15000"
 
 
 def confs_from_environment() -> dict[str, str]:
@@ -295,9 +303,10 @@ def delta_spark_session(settings: SparkSettings | None = None):
     )
     environment = confs_from_environment()
     extra_conf = {**environment, **settings.extra_conf}
-    # JVM options add to the quiet log level (and the environment's to the caller's), not replace them
+    # JVM options add to the quiet log level and the heap's return (and the environment's to the
+    # caller's), not replace them
     extra_conf[JAVA_OPTIONS] = " ".join(filter(None, [
-        QUIET_JVM, environment.get(JAVA_OPTIONS), settings.extra_conf.get(JAVA_OPTIONS)]))
+        QUIET_JVM, HEAP_RETURNED, environment.get(JAVA_OPTIONS), settings.extra_conf.get(JAVA_OPTIONS)]))
     if settings.s3:
         builder = builder.config("spark.jars.excludes", "software.amazon.awssdk:bundle")
         for key, value in ObjectStore().spark_conf().items():

@@ -13,7 +13,9 @@ from dagster import AssetKey, DagsterInstance
 from deltalake import write_deltalake
 
 from ops.tpch import TPCH_TABLES
+from resources.session import HEAP_RETURNED, QUIET_JVM
 from resources.warehouse import WarehouseResource
+from tests.support import TEST_JAVA_OPTIONS
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 
@@ -86,3 +88,10 @@ def test_spark_confs_from_the_environment_parse_and_java_options_add_up(monkeypa
     monkeypatch.setenv("EPOCHAL_SPARK_CONF", "spark.a=1;spark.b")
     with pytest.raises(SparkStartError, match="'spark.b' is not key=value"):
         confs_from_environment()
+
+
+def test_the_driver_jvm_is_started_to_return_heap_and_the_callers_options_come_after(spark):
+    options = spark.sparkContext.getConf().get("spark.driver.extraJavaOptions")
+    assert f"{QUIET_JVM} {HEAP_RETURNED} " in options and options.endswith(TEST_JAVA_OPTIONS)
+    started_with = list(spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
+    assert set(HEAP_RETURNED.split()) <= set(started_with)
