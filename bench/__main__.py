@@ -383,11 +383,13 @@ def _epoch(engine, spark, root: str, generator, index: int, queries: list[str], 
     if warm_sources:
         settled["incremental"] = settle(spark)
     _reset_peaks(spark)
+    counters = machine_counters()
     if stepwise:
         incremental, reports, sides, recompute_costs, done, served_counts = _steps_bracketed(engine, names, root, until)
     else:
         incremental, reports = _timed(lambda: engine.refresh(names, until=until, upstream=False))
         done, served_counts = engine.arranged, engine.arranged_reads
+    machine = machine_since(counters)
     incremental_peak = _peak_gigabytes(spark)
     arranged = [dict(input=Path(path).name, key=key, version=version, what=what, seconds=round(seconds, 3))
                 for path, key, version, what, seconds in done]
@@ -443,7 +445,7 @@ def _epoch(engine, spark, root: str, generator, index: int, queries: list[str], 
                 **({"bracketed": "step" if stepwise else "epoch"} if brackets else {}),
                 noop_seconds=_rounded(noop), unread_columns=unread,
                 sources_warmed_seconds=_rounded(warmed), settled=settled, source_changes=changed, arranged=arranged,
-                arranged_reads=served, copies=copies,
+                arranged_reads=served, copies=copies, incremental_machine=machine,
                 peak_gigabytes=dict(incremental=incremental_peak, recompute=recompute_peak), tables=tables)
 
 
@@ -535,6 +537,29 @@ def _driver_pids(spark) -> dict[str, int | None]:
     """The driver's processes: Python, and Spark's JVM (which `local[*]` runs the executors in)."""
     process = getattr(getattr(spark.sparkContext, "_gateway", None), "proc", None)
     return dict(python=os.getpid(), jvm=process.pid if process is not None else None)
+
+
+def machine_counters() -> dict[str, float]:
+    """The machine's CPU seconds waiting on I/O and stolen by its host (/proc/stat, all CPUs) and
+    this process's major page faults (/proc/self/stat): an epoch far slower than its neighbours
+    for the same work shows by them whether the local copies' mapped pages were read from disk
+    again or the host took the CPUs; {} where /proc does not tell."""
+    try:
+        with open("/proc/stat") as stat:
+            cpu = stat.readline().split()
+        with open("/proc/self/stat") as own:
+            fields = own.read().rpartition(")")[2].split()
+        hertz = os.sysconf("SC_CLK_TCK")
+        return dict(iowait_seconds=int(cpu[5]) / hertz, steal_seconds=int(cpu[8]) / hertz,
+                    python_major_faults=int(fields[9]))
+    except (OSError, ValueError, IndexError):
+        return {}
+
+
+def machine_since(before: dict[str, float]) -> dict[str, float]:
+    """What `machine_counters` grew by since `before`."""
+    now = machine_counters()
+    return {name: round(now[name] - before[name], 2) for name in before if name in now}
 
 
 def _reset_peaks(spark) -> None:

@@ -2,7 +2,10 @@
 `--times` its table's median step of the run (and `--over` seconds), with its technique, phases,
 the seconds it spent making local copies (`copying`, not counted against its budget) and what
 it gave up past its budget; then every step given up, and what the table's steps cost over the
-epochs until it was incremental again, against its median.
+epochs until it was incremental again, against its median. Each epoch's line gives, for runs
+since 2026-12-07 midday, the machine's I/O wait and stolen CPU seconds and the bench process's
+major page faults over its incremental epoch (`incremental_machine`), which tell a step slowed by
+the machine or by the local copies' pages read from disk again from one that did more work.
 
 A day at scale 10 (`--day`) has 24 hourly epochs beside the first: its shortfall against the 5x
 target was in a few such steps (bench/RESULTS.md), and this is how they were found.
@@ -46,7 +49,8 @@ def main(argv: list[str] | None = None) -> None:
         copying = sum(t.get("copying_seconds") or 0.0 for t in epoch["tables"].values())
         print(f"epoch {epoch['index']}: {epoch['incremental_seconds']:.1f} s (recompute "
               f"{epoch.get('recompute_seconds') or 0:.1f} s), copies {epoch.get('copies') or {}}, "
-              f"steps making copies {copying:.1f} s")
+              f"steps making copies {copying:.1f} s"
+              + (f", machine {epoch['incremental_machine']}" if epoch.get("incremental_machine") else ""))
         for name, table in sorted(slow.items(), key=lambda item: -item[1]["incremental_seconds"]):
             given_up = table.get("gave_up")
             print(f"  {name} {table['incremental_seconds']:.1f} s (median {medians[name]:.1f} s) "
