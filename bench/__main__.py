@@ -584,10 +584,10 @@ def _reset_peaks(spark) -> None:
 
 
 def _status_kilobytes(pid: int, field: str) -> int | None:
-    return _status_fields(pid, (field,))[0]
+    return status_fields(pid, (field,))[0]
 
 
-def _status_fields(pid: int, fields: tuple[str, ...]) -> list[int | None]:
+def status_fields(pid: int, fields: tuple[str, ...]) -> list[int | None]:
     """`fields` of /proc/<pid>/status in kilobytes, read in one pass; None where one is missing."""
     found: dict[str, int] = {}
     try:
@@ -618,7 +618,7 @@ class _TogetherSampler:
 
     def _sample(self) -> None:
         while not self._stopped.wait(self.INTERVAL):
-            read = [_status_fields(pid, ("VmRSS", "RssAnon")) for pid in self.pids]
+            read = [status_fields(pid, ("VmRSS", "RssAnon")) for pid in self.pids]
             sizes, anonymous = [each[0] for each in read], [each[1] for each in read]
             if None not in sizes:
                 self.peak = max(self.peak, sum(sizes))

@@ -19,6 +19,8 @@ import sys
 import time
 from datetime import datetime, timezone
 
+from bench.__main__ import status_fields
+
 GIB = 1024 ** 3
 
 
@@ -27,17 +29,6 @@ def spark_submit_pid() -> int | None:
     found = subprocess.run(["pgrep", "-f", "org.apache.spark.deploy.SparkSubmit"], capture_output=True, text=True)
     pids = [int(p) for p in found.stdout.split()]
     return pids[0] if len(pids) == 1 else None
-
-
-def status_kilobytes(pid: int, field: str) -> int | None:
-    try:
-        with open(f"/proc/{pid}/status") as status:
-            for line in status:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1])
-    except OSError:
-        return None
-    return None
 
 
 HEAP = re.compile(r"garbage-first heap\s+total (\d+)K, used (\d+)K")
@@ -74,7 +65,7 @@ def main(argv=None) -> None:
     peak = None
     print("time rss anonymous heap_committed heap_used metaspace_committed (GiB)", file=out or sys.stdout, flush=True)
     while True:
-        rss, anonymous = status_kilobytes(pid, "VmRSS"), status_kilobytes(pid, "RssAnon")
+        rss, anonymous = status_fields(pid, ("VmRSS", "RssAnon"))
         if rss is None:
             break
         committed, used, metaspace = heap_info(pid)
