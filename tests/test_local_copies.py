@@ -309,6 +309,41 @@ def test_a_sparse_read_neither_makes_nor_keeps_a_copy(tmp_path):
     assert copies.take_counts() == {"made": 3, "over_budget": 1, "evicted": 1}
 
 
+def _spanning(folder, name: str, spanned: int, rows: int = 2_000):
+    """A file of `rows` rows whose keys span 0 to `spanned` - 1, in its own folder (a table),
+    with its (path, fragment) and its span."""
+    (folder / name).mkdir()
+    path, fragment, _ = _file(str(folder / name), [i * spanned // rows for i in range(rows)], date=False)
+    return path, fragment, (0, spanned - 1, rows)
+
+
+def test_copies_made_ahead_of_their_reads_give_way_to_copies_of_more_worth(tmp_path):
+    """A build's copies that no dense read has used yet are weighed by the keys they span a row
+    (`worth`): a new copy worth more displaces them within their grace, the least worth first,
+    and one worth less or as much does not; and where the free disk makes copies give way, of
+    those last read in one refresh the least worth go first, not the first made."""
+    sparse = _spanning(tmp_path, "by supplier", 20)  # 100 rows a key: a few keys' reads, a row group each
+    dense_one, dense_two = _spanning(tmp_path, "by order", 2_000), _spanning(tmp_path, "by order too", 2_000)
+    one = os.path.getsize(LocalCopies(str(tmp_path / "probe")).make(*dense_one[:2], "k", dense_one[2]))
+    metadata = dense_one[1].metadata
+    expected = sum(metadata.row_group(i).total_byte_size for i in range(metadata.num_row_groups))  # a new copy's
+    copies = LocalCopies(str(tmp_path / "copies"), max_bytes=one + expected + one // 4)  # two fit, not three
+    copies.give_way()
+    low, first = copies.make(*sparse[:2], "k", sparse[2]), copies.make(*dense_one[:2], "k", dense_one[2])
+    assert copies.make(*dense_two[:2], "k", dense_two[2]) is not None  # worth more than the sparse copy, within its grace
+    assert not os.path.exists(low) and os.path.exists(first)
+    assert copies.make(*sparse[:2], "k", sparse[2]) is None  # worth less than both: over budget, read as Parquet
+    assert copies.take_counts() == {"made": 3, "evicted": 1, "over_budget": 1}
+
+    roomy = LocalCopies(str(tmp_path / "roomy"))
+    roomy.give_way()
+    made = [roomy.make(*dense_one[:2], "k", dense_one[2]), roomy.make(*sparse[:2], "k", sparse[2])]  # the sparse copy made last
+    short = LocalCopies(str(tmp_path / "roomy"), max_bytes=one + one // 4)  # the disk fits one of them
+    short.give_way()
+    assert os.path.exists(made[0]) and not os.path.exists(made[1])
+    assert short.take_counts() == {"evicted": 1}
+
+
 def test_copies_give_way_to_the_free_disk_they_share(tmp_path):
     """The copies take at most `share_of_free` of their bytes and the free disk together, so a
     warehouse on the same disk that grows makes them give way, at the start of a refresh as well

@@ -93,17 +93,16 @@ class KeyedFiles:
         except (OSError, pa.ArrowException):
             return 0
 
-    def _dense(self, path: str, fragment, field: str, integers: np.ndarray) -> bool:
-        """Whether a read of `integers` is dense in `fragment` (local_copies.dense), by its
-        copy's bounds or else its row groups' statistics; a file that tells neither counts as
-        dense (its copy is made, as for every read before copies were weighed)."""
+    def _span(self, path: str, fragment, field: str) -> tuple[int, int, int] | None:
+        """(lowest key, highest key, rows) of `fragment` (a file of the table at `path`), by its
+        copy's bounds or else its row groups' statistics; None where it tells neither."""
         span = self.copies.span(f"{path}/{fragment.path}", field)
         if span is None:
             try:
                 span = key_span(fragment, field, path)
             except (OSError, pa.ArrowException):
                 span = None
-        return span is None or dense(integers, *span)
+        return span
 
     def rows_of(self, path: str, holding, selected: list[str], field: str, values: pa.Array, nulls: bool,
                 condition, at_most: int | None = None) -> tuple[pa.Table | None, int, int]:
@@ -131,8 +130,9 @@ class KeyedFiles:
             for fragment in fragments:
                 if integers is not None:
                     within = f"{path}/{fragment.path}"
+                    span = self._span(path, fragment, field)
                     copied = self.copies.rows(within, fragment, field, integers, nulls, selected,
-                                              dense=self._dense(path, fragment, field, integers))
+                                              dense=span is None or dense(integers, *span), span=span)
                     if copied is not None:
                         parts.append(copied.rename_columns(selected).cast(wanted))
                         copied_files += 1
@@ -205,4 +205,5 @@ class KeyedFiles:
         live = [f"{path}/{fragment.path}" for fragment in fragments]
         self.copies.prune(path, live, key)
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="epochal-copy") as pool:
-            list(pool.map(lambda pair: self.copies.make(pair[0], pair[1], key), zip(live, fragments)))
+            list(pool.map(lambda pair: self.copies.make(pair[0], pair[1], key, self._span(path, pair[1], field.name)),
+                          zip(live, fragments)))

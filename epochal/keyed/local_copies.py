@@ -21,8 +21,9 @@ scale 10 the copies took 31 GB after the first epoch, and at a tenth of the orde
 source's MERGE failed for want of disk in the third epoch, bench/RESULTS.md), the least recently
 read dropped first, and an arrangement's rebuild deletes the copies of the files it replaced
 (`prune`). A new copy does not displace those read densely in the latest PROTECTED_REFRESHES
-refreshes, nor those made in the latest GRACE_REFRESHES (their start times are kept in the folder,
-for the next process): where the rest would not make room for it, it is not made (counted
+refreshes, nor those made in the latest GRACE_REFRESHES and worth as much as it (their start times
+are kept in the folder, for the next process; `worth`, the keys a file spans a row, weighs the
+copies no read has weighed yet): where the rest would not make room for it, it is not made (counted
 `over_budget`, its file read as Parquet until the next refresh). Keyed reads of random keys touch a
 different share of an arrangement's files every epoch, and all of them within a few; once they
 outgrow the budget, least-recently-read eviction drops copies the next epochs read, and their steps
@@ -51,6 +52,7 @@ Parquet is counted (`take_counts`) for the refresh's reports.
 
 from __future__ import annotations
 
+import bisect
 import collections
 import ctypes
 import hashlib
@@ -188,14 +190,33 @@ def dense(keys: np.ndarray, low: int, high: int, rows: int) -> bool:
     return inside > 0 and inside * DENSE_ROWS >= rows
 
 
-def _protected(read: float, made: float, protection: tuple[float, float]) -> bool:
+def worth(span: tuple[int, int, int] | None) -> float | None:
+    """What a copy of a file of (lowest key, highest key, rows) `span` is worth before any read
+    says: the keys it spans a row. A change batch's keys fall in a file about in proportion to
+    the keys it spans, and a read repays a copy by the keys it asks a row (`dense`); so a file of
+    lineitem by l_suppkey (thousands of rows a supplier) is worth a fraction of one by
+    l_orderkey (a few rows an order). None where `span` is."""
+    if span is None:
+        return None
+    low, high, rows = span
+    return max(high - low + 1, 0) / rows if rows > 0 else 0.0
+
+
+def _protected(read: float, made: float, protection: tuple[float, float], kept_worth: float | None = None,
+               new_worth: float | None = None) -> bool:
     """Whether a copy last read densely at `read` (made at `made`) stays against a new one:
     read densely since the first of `protection`'s times, or made since the second (a copy
     is read after it is made, by the next refresh at the latest: one made ahead of its reads,
     by an arrangement's build, that no dense read has touched since, gives way after
-    GRACE_REFRESHES refreshes)."""
+    GRACE_REFRESHES refreshes) and worth no less than the new one (`worth`, where both are
+    known: the builds of a warehouse's arrangements, copied one after the other, would otherwise
+    fill the budget in the order they were built, and at scale 10 the sparse lineitem's kept out
+    the copies of orders by o_custkey that every changed customer's read needs)."""
     protected_since, grace_since = protection
-    return (read > made and read >= protected_since) or made >= grace_since
+    if read > made and read >= protected_since:
+        return True
+    unproven_worth_less = kept_worth is not None and new_worth is not None and kept_worth < new_worth
+    return made >= grace_since and not unproven_worth_less
 
 
 class MappedCopy:
@@ -560,9 +581,11 @@ class LocalCopies:
                 dropped += 1
         return dropped
 
-    def make(self, path: str, fragment, key: str) -> str | None:
+    def make(self, path: str, fragment, key: str, span: tuple[int, int, int] | None = None) -> str | None:
         """The copy of the Parquet file `fragment` (at `path`), made now unless one exists;
-        None when it cannot be made (the file is then read as Parquet)."""
+        None when it cannot be made (the file is then read as Parquet). `span`, the file's
+        (lowest key, highest key, rows) where known, weighs it against the copies there are
+        (`worth`)."""
         target = self.existing(path, key)
         if target is not None:
             return target
@@ -577,7 +600,7 @@ class LocalCopies:
             return None
         if target in self._over_budget:
             return None
-        if not self._admits(fragment):
+        if not self._admits(fragment, worth(span)):
             log.info("no local copy of %s in this refresh: the copies read densely in the latest %d refreshes, or "
                      "made in the latest %d, fill their budget under %s; it is read as Parquet", path,
                      PROTECTED_REFRESHES, GRACE_REFRESHES, self.directory)
@@ -587,11 +610,11 @@ class LocalCopies:
             return None
         started = time.monotonic()
         try:
-            return self._made(path, fragment, key, target)
+            return self._made(path, fragment, key, target, worth(span))
         finally:
             _this_thread.making_seconds = making_seconds() + time.monotonic() - started
 
-    def _made(self, path: str, fragment, key: str, target: str) -> str | None:
+    def _made(self, path: str, fragment, key: str, target: str, new_worth: float | None) -> str | None:
         """`make`'s copy, made by this thread or awaited from the one making it."""
         with self._guard:
             making = self._making.setdefault(target, threading.Lock())
@@ -608,13 +631,13 @@ class LocalCopies:
                 return None
             self._failed.pop(target, None)
             self._count("made")
-        self._evict(protection=self._protection())
+        self._evict(protection=self._protection(), new_worth=new_worth)
         return target
 
-    def _admits(self, fragment) -> bool:
-        """Whether a copy of `fragment` fits in the budget beside the protected copies
-        (`_protected`), its size taken as the file's uncompressed bytes; always before any
-        refresh was marked."""
+    def _admits(self, fragment, new_worth: float | None = None) -> bool:
+        """Whether a copy of `fragment`, worth `new_worth`, fits in the budget beside the copies
+        protected against it (`_protected`), its size taken as the file's uncompressed bytes;
+        always before any refresh was marked."""
         protection = self._protection()
         if protection is None:
             return True
@@ -625,7 +648,8 @@ class LocalCopies:
                            (fragment.metadata.row_group(i) for i in range(fragment.metadata.num_row_groups)))
         except (OSError, AttributeError, pa.ArrowException):
             return True
-        kept = sum(size for read, size, made in sizes.values() if _protected(read, made, protection))
+        kept = sum(size for target, (read, size, made) in sizes.items()
+                   if _protected(read, made, protection, self._worth_of(target), new_worth))
         return kept + expected <= budget
 
     def _protection(self) -> tuple[float, float] | None:
@@ -714,7 +738,7 @@ class LocalCopies:
         return int(lows.min()), int(highs.max()), int(counts.sum())
 
     def rows(self, path: str, fragment, key: str, keys: np.ndarray, nulls: bool, columns: list[str],
-             dense: bool = True) -> pa.Table | None:
+             dense: bool = True, span: tuple[int, int, int] | None = None) -> pa.Table | None:
         """The file's rows whose `key` is one of `keys` (sorted int64, dates as days) or NULL (with
         `nulls`), with `columns`; None when there is no usable copy (read the file as Parquet).
         Only the blocks whose bounds admit a key are looked at, and only the rows holding one are
@@ -722,8 +746,8 @@ class LocalCopies:
         Parquet's rows). A dense read (`dense`: the module's function) makes the copy if there is
         none, and counts as the copy's read (its mtime) for the budget; a sparse one reads a copy
         that exists, as it is, and otherwise returns None for the file's few row groups to be read
-        as Parquet."""
-        target = self.make(path, fragment, key) if dense else self.existing(path, key)
+        as Parquet. `span` is `make`'s."""
+        target = self.make(path, fragment, key, span) if dense else self.existing(path, key)
         if target is None:
             return None
         try:
@@ -770,6 +794,16 @@ class LocalCopies:
             return None
         lows, highs, _, counts = bounds
         return expected_rows(keys, lows, highs, counts)
+
+    def _worth_of(self, target: str) -> float | None:
+        """`worth` of the copy `target`, from its blocks' bounds; None where they cannot be read."""
+        try:
+            lows, highs, _, counts = self._bounds_of(target)
+        except (OSError, ValueError):
+            return None
+        if not len(counts):
+            return 0.0
+        return worth((int(lows.min()), int(highs.max()), int(counts.sum())))
 
     def _bounds_of(self, target: str) -> np.ndarray:
         with self._guard:
@@ -825,19 +859,32 @@ class LocalCopies:
         their bytes and the free disk together where that is less."""
         return min(self.max_bytes, int(self.share_of_free * (total + shutil.disk_usage(self.directory).free)))
 
-    def _evict(self, protection: tuple[float, float] | None = None) -> None:
-        """Drop the least recently read copies while they exceed their budget (`_budget`), the
-        protected ones (`_protected`, under `protection`) excepted."""
+    def _evict(self, protection: tuple[float, float] | None = None, new_worth: float | None = None) -> None:
+        """Drop copies while they exceed their budget (`_budget`), the protected ones
+        (`_protected`, under `protection`, against a new copy worth `new_worth`) excepted: those
+        last read in the earliest refresh first, and among them those no dense read has used
+        yet, the least worth first (`worth`: a build's copies are all made in one refresh, and
+        least recently read alone would drop them in the order they were built)."""
         try:
             sizes = self._sizes()
             total = sum(size for _, size, _ in sizes.values())
             budget = self._budget(total) if sizes else 0
         except OSError:
             return
-        for target, (read, size, made) in sorted(sizes.items(), key=lambda item: item[1][0]):
+        if total <= budget:
+            return
+        starts = self._refresh_starts()
+        worths = {target: self._worth_of(target) for target in sizes}
+
+        def victim_order(item):
+            target, (read, _, made) = item
+            known = worths[target]
+            return bisect.bisect_right(starts, read), read > made, -1.0 if known is None else known, read
+
+        for target, (read, size, made) in sorted(sizes.items(), key=victim_order):
             if total <= budget:
                 break
-            if protection is not None and _protected(read, made, protection):
+            if protection is not None and _protected(read, made, protection, worths[target], new_worth):
                 continue
             self._drop(target)
             self._count("evicted")
