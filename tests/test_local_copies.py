@@ -330,14 +330,14 @@ def test_copies_made_ahead_of_their_reads_give_way_to_copies_of_more_worth(tmp_p
     copies = LocalCopies(str(tmp_path / "copies"), max_bytes=one + expected + one // 4)  # two fit, not three
     copies.give_way()
     low, first = copies.make(*sparse[:2], "k", sparse[2]), copies.make(*dense_one[:2], "k", dense_one[2])
-    assert copies.make(*dense_two[:2], "k", dense_two[2]) is not None  # worth more than the sparse copy, within its grace
+    assert copies.make(*dense_two[:2], "k", dense_two[2]) is not None  # worth more than the sparse one, in its grace
     assert not os.path.exists(low) and os.path.exists(first)
     assert copies.make(*sparse[:2], "k", sparse[2]) is None  # worth less than both: over budget, read as Parquet
     assert copies.take_counts() == {"made": 3, "evicted": 1, "over_budget": 1}
 
     roomy = LocalCopies(str(tmp_path / "roomy"))
     roomy.give_way()
-    made = [roomy.make(*dense_one[:2], "k", dense_one[2]), roomy.make(*sparse[:2], "k", sparse[2])]  # the sparse copy made last
+    made = [roomy.make(*dense_one[:2], "k", dense_one[2]), roomy.make(*sparse[:2], "k", sparse[2])]  # sparse made last
     short = LocalCopies(str(tmp_path / "roomy"), max_bytes=one + one // 4)  # the disk fits one of them
     short.give_way()
     assert os.path.exists(made[0]) and not os.path.exists(made[1])

@@ -602,8 +602,8 @@ class LocalCopies:
             return None
         if not self._admits(fragment, worth(span)):
             log.info("no local copy of %s in this refresh: the copies read densely in the latest %d refreshes, or "
-                     "made in the latest %d, fill their budget under %s; it is read as Parquet", path,
-                     PROTECTED_REFRESHES, GRACE_REFRESHES, self.directory)
+                     "made in the latest %d and worth as much, fill their budget under %s; it is read as Parquet",
+                     path, PROTECTED_REFRESHES, GRACE_REFRESHES, self.directory)
             with self._guard:
                 self._over_budget.add(target)
             self._count("over_budget")
@@ -649,7 +649,7 @@ class LocalCopies:
         except (OSError, AttributeError, pa.ArrowException):
             return True
         kept = sum(size for target, (read, size, made) in sizes.items()
-                   if _protected(read, made, protection, self._worth_of(target), new_worth))
+                   if _protected(read, made, protection, worth(self._span_of(target)), new_worth))
         return kept + expected <= budget
 
     def _protection(self) -> tuple[float, float] | None:
@@ -727,8 +727,10 @@ class LocalCopies:
         """(lowest key, highest key, rows) of the file's copy, from its blocks' bounds (a
         block without bounds spans every int64); None where it has no readable copy."""
         target = self.existing(path, key)
-        if target is None:
-            return None
+        return None if target is None else self._span_of(target)
+
+    def _span_of(self, target: str) -> tuple[int, int, int] | None:
+        """`span` of the copy `target`; None where its bounds cannot be read or hold no block."""
         try:
             lows, highs, _, counts = self._bounds_of(target)
         except (OSError, ValueError):
@@ -794,16 +796,6 @@ class LocalCopies:
             return None
         lows, highs, _, counts = bounds
         return expected_rows(keys, lows, highs, counts)
-
-    def _worth_of(self, target: str) -> float | None:
-        """`worth` of the copy `target`, from its blocks' bounds; None where they cannot be read."""
-        try:
-            lows, highs, _, counts = self._bounds_of(target)
-        except (OSError, ValueError):
-            return None
-        if not len(counts):
-            return 0.0
-        return worth((int(lows.min()), int(highs.max()), int(counts.sum())))
 
     def _bounds_of(self, target: str) -> np.ndarray:
         with self._guard:
@@ -874,7 +866,7 @@ class LocalCopies:
         if total <= budget:
             return
         starts = self._refresh_starts()
-        worths = {target: self._worth_of(target) for target in sizes}
+        worths = {target: worth(self._span_of(target)) for target in sizes}
 
         def victim_order(item):
             target, (read, _, made) = item
