@@ -1,6 +1,6 @@
 """Local copies: each arrangement data file that keyed reads use, copied once to the driver's disk
-as an Arrow IPC file (a few large record batches, their fixed-width columns packed row by row:
-packed_rows.py), with the key bounds of every block of BATCH_ROWS rows (and its rows:
+as an Arrow IPC file (a few large record batches, their fixed-width columns and short strings
+packed row by row: packed_rows.py), with the key bounds of every block of BATCH_ROWS rows (and its rows:
 `certain_rows` refuses a read too large before it is made) beside it.
 
 A keyed read of Parquet decodes every row group that may hold one of its keys, each column chunk of
@@ -71,13 +71,13 @@ import pyarrow.parquet as pq
 
 from .. import faults
 from ..storage.warehouse import within
-from .packed_rows import PACKED, Layout, row_bytes
+from .packed_rows import PACKED, Layout, row_bytes, widest
 
 log = logging.getLogger("epochal")
 
 BATCH_ROWS = 256  # rows per block of bounds: a random key's read looks at about this many rows
 COPY_BATCH_ROWS = 1 << 20  # a copy's record batches: row groups (an arrangement's are small) joined up to this many rows
-FORMAT = "packed rows"  # in a copy's name: copies of an earlier layout are not read (prune drops them)
+FORMAT = "packed rows, short strings"  # in a copy's name: no engine reads copies of another layout (prune drops them)
 COPY_BYTES = 32 << 30  # the copies' disk budget, per directory
 ABANDONED_SECONDS = 3_600  # a half-written copy this old was left by a process that died
 CACHED_BOUNDS = 4_096  # copies whose bounds are kept in memory (32 bytes a batch each)
@@ -499,6 +499,15 @@ def rows_in_copy(source: MappedCopy, bounds: np.ndarray, key: str, keys: np.ndar
     return pa.Table.from_batches(parts, schema).combine_chunks()
 
 
+class _WiderValues(Exception):
+    """A copy's record batch holds a string wider than its slot: write the copy again with
+    `short`, the slots' widths that hold it."""
+
+    def __init__(self, short: dict[str, int]):
+        super().__init__(short)
+        self.short = short
+
+
 def _durable(path: str) -> None:
     """Flush `path`'s contents to disk before it is renamed into place: after a machine crash a
     copy is whole or absent, not a name over blocks never written."""
@@ -688,24 +697,13 @@ class LocalCopies:
         try:
             with fragment.filesystem.open_input_file(fragment.path) as source:
                 parquet = pq.ParquetFile(source)
-                schema = parquet.schema_arrow
-                field = {n.lower(): i for i, n in enumerate(schema.names)}[key.lower()]
-                lows, highs, nulls, counts = [], [], [], []
-                layout = Layout.of(schema, apart=(schema.names[field],))
-                with pa.OSFile(temporary + ".arrow.tmp", "wb") as sink, \
-                        ipc.new_file(sink, layout.stored_schema()) as writer:
-                    for groups in _joined_groups(parquet.metadata, self.copy_batch_rows):
-                        rows = parquet.read_row_groups(groups, use_threads=False)
-                        values, missing = integers_and_nulls(rows.column(field).combine_chunks())
-                        starts = _block_starts(parquet.metadata, groups, self.batch_rows)
-                        lows.append(np.minimum.reduceat(np.where(missing, _INT64.max, values), starts))
-                        highs.append(np.maximum.reduceat(np.where(missing, _INT64.min, values), starts))
-                        nulls.append(np.add.reduceat(missing.astype(np.int64), starts))
-                        counts.append(np.diff(np.append(starts, rows.num_rows)))
-                        for batch in rows.combine_chunks().to_batches():
-                            writer.write_batch(layout.pack(batch))
-            bounds = np.stack([np.concatenate(part).astype(np.int64) if part else np.empty(0, np.int64)
-                               for part in (lows, highs, nulls, counts)])
+                short = None
+                while True:
+                    try:
+                        bounds = self._written(parquet, key, temporary + ".arrow.tmp", short)
+                        break
+                    except _WiderValues as wider:
+                        short = wider.short
             with open(temporary + ".npy.tmp", "wb") as out:
                 np.save(out, bounds)
             _durable(temporary + ".arrow.tmp")
@@ -717,6 +715,40 @@ class LocalCopies:
             for leftover in (temporary + ".arrow.tmp", temporary + ".npy.tmp"):
                 if os.path.exists(leftover):
                     os.remove(leftover)
+
+    def _written(self, parquet: pq.ParquetFile, key: str, out: str, short: dict[str, int] | None) -> np.ndarray:
+        """Write `parquet`'s rows packed (packed_rows.Layout, its short strings' slots as wide as
+        `short` says, else as the first record batch's widest values) to `out`; their blocks'
+        bounds. A later batch with a wider value raises _WiderValues, to write it again with it."""
+        schema = parquet.schema_arrow
+        field = {n.lower(): i for i, n in enumerate(schema.names)}[key.lower()]
+        lows, highs, nulls, counts = [], [], [], []
+        layout = Layout.of(schema, apart=(schema.names[field],), short=short) if short is not None else None
+        with pa.OSFile(out, "wb") as sink:
+            writer = None
+            try:
+                for groups in _joined_groups(parquet.metadata, self.copy_batch_rows):
+                    rows = parquet.read_row_groups(groups, use_threads=False)
+                    if layout is None:
+                        layout = Layout.of(schema, apart=(schema.names[field],), short=widest(rows))
+                    values, missing = integers_and_nulls(rows.column(field).combine_chunks())
+                    starts = _block_starts(parquet.metadata, groups, self.batch_rows)
+                    lows.append(np.minimum.reduceat(np.where(missing, _INT64.max, values), starts))
+                    highs.append(np.maximum.reduceat(np.where(missing, _INT64.min, values), starts))
+                    nulls.append(np.add.reduceat(missing.astype(np.int64), starts))
+                    counts.append(np.diff(np.append(starts, rows.num_rows)))
+                    writer = writer or ipc.new_file(sink, layout.stored_schema())
+                    for batch in rows.combine_chunks().to_batches():
+                        if not layout.holds(batch):
+                            found = widest(batch)
+                            raise _WiderValues({name: max(bytes_, found[name]) for name, bytes_ in layout.short})
+                        writer.write_batch(layout.pack(batch))
+                writer = writer or ipc.new_file(sink, Layout.of(schema, apart=(schema.names[field],)).stored_schema())
+            finally:
+                if writer is not None:
+                    writer.close()
+        return np.stack([np.concatenate(part).astype(np.int64) if part else np.empty(0, np.int64)
+                         for part in (lows, highs, nulls, counts)])
 
     def existing(self, path: str, key: str) -> str | None:
         """The copy of the file at `path` for reads by `key`, if it has one (none is made)."""

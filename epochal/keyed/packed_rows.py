@@ -1,12 +1,15 @@
-"""Rows packed: a table's fixed-width columns laid out row by row, each row's values and their
-validity bits side by side in one fixed-size binary value, so that reading a few rows at random
-places touches about a page a row, where columns, each a buffer of its own, touch a page a
-column a row.
+"""Rows packed: a table's fixed-width columns, and its strings and binaries whose values are all
+short, laid out row by row, each row's values and their validity bits side by side in one
+fixed-size binary value, so that reading a few rows at random places touches about a page a row,
+where columns, each a buffer of its own, touch a page a column a row (a string or binary column
+two: its offsets and its bytes).
 
 A local copy holds its file this way (local_copies.py): a keyed read of a copy that the page cache
 lacks waits on a disk read for each page it touches, so with eight columns the rows of one key
-cost eight reads (docs/performance.md). Columns of other layouts (strings, binary, nested,
-dictionaries) stay columns beside the packed rows. The packing moves the bytes Arrow holds and
+cost eight reads (docs/performance.md). A string or binary column whose values in the data packed
+take at most SHORT_BYTES bytes (`widest`: TPC-H's flags, ship modes and instructions) takes a slot
+of a length byte and its widest value's bytes; longer ones (comments), and other layouts (nested,
+dictionaries), stay columns beside the packed rows. The packing moves the bytes Arrow holds and
 nothing else, so what `unpacked` gives back is the same values of the same types, whatever the
 type: no value is converted.
 """
@@ -15,18 +18,23 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import json
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
 PACKED = "__epochal_packed_rows"  # the packed rows' column
 _SCHEMA = b"epochal.table_schema"  # the table's own schema (serialized) in the stored schema's metadata
+_SHORT = b"epochal.short_bytes"  # in the stored schema's metadata: each packed string column's widest value (JSON)
+SHORT_BYTES = 32  # a string or binary column is packed where its values take at most this many bytes
 
 
 def value_bytes(type_: pa.DataType) -> int | None:
     """Bytes a value of `type_` takes in a packed row (a boolean a byte); None for a type that
-    stays a column (variable width, nested, dictionary, intervals, NULL)."""
+    stays a column unless its values are short (strings and binaries: `Layout.of`), or always
+    (nested, dictionary, intervals, NULL)."""
     if pa.types.is_boolean(type_):
         return 1
     if (pa.types.is_integer(type_) or pa.types.is_floating(type_) or pa.types.is_decimal(type_)
@@ -36,10 +44,27 @@ def value_bytes(type_: pa.DataType) -> int | None:
     return None
 
 
+def short_type(type_: pa.DataType) -> bool:
+    """Whether `type_` is packed where its values are short: a string or binary."""
+    return _offsets_dtype(type_) is not None
+
+
+def widest(batch: pa.RecordBatch | pa.Table) -> dict[str, int]:
+    """The bytes of the widest value of each string or binary column of `batch` (0 where all
+    are NULL or empty): what `Layout.of` packs them by."""
+    found = {}
+    for field, column in zip(batch.schema, batch.columns):
+        if short_type(field.type):
+            largest = pc.max(pc.binary_length(column)).as_py() if len(column) else None
+            found[field.name] = int(largest or 0)
+    return found
+
+
 @dataclasses.dataclass(frozen=True)
 class Layout:
     """Where each packed column's value lies in a row (`offsets`, `widths`), and its validity bit
-    (bit i of the bytes from `validity`, i its place in `packed`)."""
+    (bit i of the bytes from `validity`, i its place in `packed`); `short`, each packed string or
+    binary column's widest value in bytes (its slot is a length byte and that many bytes)."""
 
     schema: pa.Schema  # the table's own
     packed: tuple[str, ...]
@@ -47,45 +72,66 @@ class Layout:
     widths: tuple[int, ...]
     validity: int
     row_bytes: int
+    short: tuple[tuple[str, int], ...] = ()
 
     @classmethod
-    def of(cls, schema: pa.Schema, apart: tuple[str, ...] = ()) -> "Layout":
-        """The layout of `schema`'s fixed-width columns but those `apart` (kept columns: a local
-        copy keeps its key apart, since a read scans the key of a block of rows for the few
-        rows that hold a key, and the packed rows of those rows only)."""
-        packed, offsets, widths, at = [], [], [], 0
+    def of(cls, schema: pa.Schema, apart: tuple[str, ...] = (), short: dict[str, int] | None = None) -> "Layout":
+        """The layout of `schema`'s fixed-width columns, and of its string and binary columns whose
+        widest value in `short` (`widest` of the data to pack) is at most SHORT_BYTES, but those
+        `apart` (kept columns: a local copy keeps its key apart, since a read scans the key of a
+        block of rows for the few rows that hold a key, and the packed rows of those rows only)."""
+        short = short or {}
+        packed, offsets, widths, shorts, at = [], [], [], [], 0
         for field in schema:
             width = value_bytes(field.type)
+            if short_type(field.type) and short.get(field.name, SHORT_BYTES + 1) <= SHORT_BYTES:
+                shorts.append((field.name, short[field.name]))
+                width = 1 + short[field.name]
             if width and field.name not in apart:
                 packed.append(field.name)
                 offsets.append(at)
                 widths.append(width)
                 at += width
-        return cls(schema, tuple(packed), tuple(offsets), tuple(widths), at, at + (len(packed) + 7) // 8)
+        shorts = tuple((name, bytes_) for name, bytes_ in shorts if name in packed)
+        return cls(schema, tuple(packed), tuple(offsets), tuple(widths), at, at + (len(packed) + 7) // 8, shorts)
 
     @classmethod
     def stored(cls, stored_schema: pa.Schema) -> "Layout":
         """The layout of a table stored as `stored_schema` (what `stored_schema()` made: the
-        table's own schema in its metadata, and the columns kept apart after the packed rows)."""
-        serialized = (stored_schema.metadata or {}).get(_SCHEMA)
+        table's own schema and its packed strings' widths in its metadata, and the columns kept
+        apart after the packed rows)."""
+        metadata = stored_schema.metadata or {}
+        serialized = metadata.get(_SCHEMA)
         if serialized is None or stored_schema.names[:1] != [PACKED]:
             raise ValueError("not a table of packed rows")
-        return cls.of(ipc.read_schema(pa.py_buffer(base64.b64decode(serialized))), tuple(stored_schema.names[1:]))
+        return cls.of(ipc.read_schema(pa.py_buffer(base64.b64decode(serialized))), tuple(stored_schema.names[1:]),
+                      json.loads(metadata.get(_SHORT, b"{}")))
 
     def stored_schema(self) -> pa.Schema:
         """The schema the packed table is stored as: the packed rows, then the other columns."""
         others = [field for field in self.schema if field.name not in self.packed]
         serialized = base64.b64encode(self.schema.serialize().to_pybytes())
-        return pa.schema([pa.field(PACKED, pa.binary(self.row_bytes), nullable=False), *others],
-                         metadata={_SCHEMA: serialized})
+        metadata = {_SCHEMA: serialized}
+        if self.short:
+            metadata[_SHORT] = json.dumps(dict(self.short)).encode()
+        return pa.schema([pa.field(PACKED, pa.binary(self.row_bytes), nullable=False), *others], metadata=metadata)
+
+    def holds(self, batch: pa.RecordBatch) -> bool:
+        """Whether every packed string or binary value of `batch` fits its slot."""
+        found = widest(batch.select([name for name, _ in self.short])) if self.short else {}
+        return all(found[name] <= bytes_ for name, bytes_ in self.short)
 
     def pack(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         """`batch` (of `schema`) as the stored schema's batch."""
         rows = np.zeros((batch.num_rows, self.row_bytes), np.uint8)
         valid = np.ones((batch.num_rows, len(self.packed)), bool)
+        short = dict(self.short)
         for place, (name, offset, width) in enumerate(zip(self.packed, self.offsets, self.widths)):
             column = batch.column(name)
-            rows[:, offset:offset + width] = _value_bytes_of(column, width)
+            if name in short:
+                rows[:, offset:offset + width] = _slots_of(column, short[name])
+            else:
+                rows[:, offset:offset + width] = _value_bytes_of(column, width)
             if column.null_count:
                 valid[:, place] = np.asarray(column.is_valid().to_numpy(zero_copy_only=False), bool)
         rows[:, self.validity:] = np.packbits(valid, axis=1, bitorder="little")
@@ -102,6 +148,12 @@ class Layout:
         nulls = len(rows) - int(np.count_nonzero(valid))
         validity = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
         values = rows[:, offset:offset + width]
+        if name in dict(self.short):
+            lengths = np.where(valid, values[:, 0], 0).astype(np.int64)
+            data = values[:, 1:][np.arange(width - 1) < lengths[:, None]]
+            offsets = np.concatenate(([0], np.cumsum(lengths))).astype(_offsets_dtype(type_))
+            return pa.Array.from_buffers(type_, len(rows), [validity, pa.py_buffer(offsets), pa.py_buffer(data)],
+                                         null_count=nulls)
         if pa.types.is_boolean(type_):
             data = np.packbits(values[:, 0] != 0, bitorder="little")
         else:
@@ -116,6 +168,40 @@ def row_bytes(packed: pa.Array) -> np.ndarray:
         return np.zeros((0, width), np.uint8)
     data = np.frombuffer(packed.buffers()[1], np.uint8)
     return data[packed.offset * width:(packed.offset + len(packed)) * width].reshape(len(packed), width)
+
+
+def _offsets_dtype(type_: pa.DataType):
+    """The numpy type of a string or binary type's offsets; None for other types."""
+    if pa.types.is_string(type_) or pa.types.is_binary(type_):
+        return np.int32
+    if pa.types.is_large_string(type_) or pa.types.is_large_binary(type_):
+        return np.int64
+    return None
+
+
+def _slots_of(column: pa.Array, bytes_: int) -> np.ndarray:
+    """`column`'s values (strings or binaries of at most `bytes_` bytes) as a matrix of slots, a
+    row a row: its length in a byte, then its bytes, then zeros (a NULL's length 0)."""
+    count = len(column)
+    slots = np.zeros((count, 1 + bytes_), np.uint8)
+    if not count:
+        return slots
+    buffers = column.buffers()
+    offsets = np.frombuffer(buffers[1], _offsets_dtype(column.type))[column.offset:column.offset + count + 1]
+    starts, lengths = offsets[:-1], np.diff(offsets)
+    if column.null_count:
+        lengths = np.where(np.asarray(column.is_valid().to_numpy(zero_copy_only=False), bool), lengths, 0)
+    if int(lengths.max()) > bytes_:
+        raise ValueError(f"a value of {int(lengths.max())} bytes in a slot of {bytes_}")
+    data = np.frombuffer(buffers[2], np.uint8) if buffers[2] is not None else np.empty(0, np.uint8)
+    for at in range(bytes_):
+        holding = lengths > at
+        if holding.all():
+            slots[:, 1 + at] = data[starts + at]
+        else:
+            slots[holding, 1 + at] = data[starts[holding] + at]
+    slots[:, 0] = lengths
+    return slots
 
 
 def _value_bytes_of(column: pa.Array, width: int) -> np.ndarray:
