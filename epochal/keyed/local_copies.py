@@ -55,6 +55,7 @@ from __future__ import annotations
 import bisect
 import collections
 import ctypes
+import functools
 import hashlib
 import logging
 import mmap
@@ -63,6 +64,7 @@ import shutil
 import threading
 import time
 import uuid
+from typing import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -202,21 +204,30 @@ def worth(span: tuple[int, int, int] | None) -> float | None:
     return max(high - low + 1, 0) / rows if rows > 0 else 0.0
 
 
-def _protected(read: float, made: float, protection: tuple[float, float], kept_worth: float | None = None,
-               new_worth: float | None = None) -> bool:
+def _used(read: float, made: float) -> bool:
+    """Whether a dense read has used a copy, last read densely at `read`, since it was made at
+    `made` (a copy's mtime starts at its making)."""
+    return read > made
+
+
+def _protected(read: float, made: float, protection: tuple[float, float],
+               kept_worth: Callable[[], float | None] = lambda: None, new_worth: float | None = None) -> bool:
     """Whether a copy last read densely at `read` (made at `made`) stays against a new one:
     read densely since the first of `protection`'s times, or made since the second (a copy
     is read after it is made, by the next refresh at the latest: one made ahead of its reads,
     by an arrangement's build, that no dense read has touched since, gives way after
     GRACE_REFRESHES refreshes) and worth no less than the new one (`worth`, where both are
-    known: the builds of a warehouse's arrangements, copied one after the other, would otherwise
-    fill the budget in the order they were built, and at scale 10 the sparse lineitem's kept out
-    the copies of orders by o_custkey that every changed customer's read needs)."""
+    known; `kept_worth` is asked only then: the builds of a warehouse's arrangements, copied one
+    after the other, would otherwise fill the budget in the order they were built, and at scale
+    10 the sparse lineitem's kept out the copies of orders by o_custkey that every changed
+    customer's read needs)."""
     protected_since, grace_since = protection
-    if read > made and read >= protected_since:
+    if _used(read, made) and read >= protected_since:
         return True
-    unproven_worth_less = kept_worth is not None and new_worth is not None and kept_worth < new_worth
-    return made >= grace_since and not unproven_worth_less
+    if made < grace_since:
+        return False
+    kept = kept_worth() if new_worth is not None else None
+    return kept is None or kept >= new_worth
 
 
 class MappedCopy:
@@ -609,7 +620,8 @@ class LocalCopies:
             return None
         if target in self._over_budget:
             return None
-        if not self._admits(fragment, worth(span)):
+        new_worth = worth(span)
+        if not self._admits(fragment, new_worth):
             log.info("no local copy of %s in this refresh: the copies read densely in the latest %d refreshes, or "
                      "made in the latest %d and worth as much, fill their budget under %s; it is read as Parquet",
                      path, PROTECTED_REFRESHES, GRACE_REFRESHES, self.directory)
@@ -619,7 +631,7 @@ class LocalCopies:
             return None
         started = time.monotonic()
         try:
-            return self._made(path, fragment, key, target, worth(span))
+            return self._made(path, fragment, key, target, new_worth)
         finally:
             _this_thread.making_seconds = making_seconds() + time.monotonic() - started
 
@@ -658,7 +670,7 @@ class LocalCopies:
         except (OSError, AttributeError, pa.ArrowException):
             return True
         kept = sum(size for target, (read, size, made) in sizes.items()
-                   if _protected(read, made, protection, worth(self._span_of(target)), new_worth))
+                   if _protected(read, made, protection, functools.partial(self._worth_of, target), new_worth))
         return kept + expected <= budget
 
     def _protection(self) -> tuple[float, float] | None:
@@ -760,6 +772,10 @@ class LocalCopies:
         block without bounds spans every int64); None where it has no readable copy."""
         target = self.existing(path, key)
         return None if target is None else self._span_of(target)
+
+    def _worth_of(self, target: str) -> float | None:
+        """`worth` of the copy `target`."""
+        return worth(self._span_of(target))
 
     def _span_of(self, target: str) -> tuple[int, int, int] | None:
         """`span` of the copy `target`; None where its bounds cannot be read or hold no block."""
@@ -898,17 +914,18 @@ class LocalCopies:
         if total <= budget:
             return
         starts = self._refresh_starts()
-        worths = {target: worth(self._span_of(target)) for target in sizes}
+        worths = {target: self._worth_of(target) for target in sizes}
 
         def victim_order(item):
             target, (read, _, made) = item
             known = worths[target]
-            return bisect.bisect_right(starts, read), read > made, -1.0 if known is None else known, read
+            return bisect.bisect_right(starts, read), _used(read, made), -1.0 if known is None else known, read
 
         for target, (read, size, made) in sorted(sizes.items(), key=victim_order):
             if total <= budget:
                 break
-            if protection is not None and _protected(read, made, protection, worths[target], new_worth):
+            if protection is not None and _protected(read, made, protection, functools.partial(worths.get, target),
+                                                     new_worth):
                 continue
             self._drop(target)
             self._count("evicted")
