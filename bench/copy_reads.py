@@ -17,7 +17,9 @@ read, as the epoch's other steps run beside a step's read, and reports how much 
         [--columns l_orderkey l_extendedprice ...]
 
 `--make <Parquet files>` first makes the copies of those files into a folder under `<folder>` (an
-arrangement's files, or any file sorted by `--key`, such as tpchgen-cli's lineitem) and reads those.
+arrangement's files, or any file sorted by `--key`, such as tpchgen-cli's lineitem) and reads those;
+`--short-bytes` makes them with another bound on the strings packed into the rows
+(packed_rows.SHORT_BYTES).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import time
 import numpy as np
 import pyarrow.dataset as ds
 
+from epochal.keyed import packed_rows
 from epochal.keyed.local_copies import LocalCopies, MappedCopy, rows_in_copy
 from epochal.keyed.packed_rows import Layout
 
@@ -108,7 +111,11 @@ def main(argv=None) -> None:
                         help="sys.setswitchinterval (seconds; Python's default 0.005)")
     parser.add_argument("--make", nargs="+", default=None, metavar="PARQUET",
                         help="make the copies of these Parquet files under the folder first, and read those")
+    parser.add_argument("--short-bytes", type=int, default=None,
+                        help="with --make: strings and binaries of at most this many bytes are packed into the rows")
     arguments = parser.parse_args(argv)
+    if arguments.short_bytes is not None:
+        packed_rows.SHORT_BYTES = arguments.short_bytes
     if arguments.switch_interval is not None:
         sys.setswitchinterval(arguments.switch_interval)
     if arguments.make:
@@ -125,7 +132,8 @@ def main(argv=None) -> None:
     if arguments.beside:
         opened["+ WILLNEED, lock held"] = _AdviceHoldingTheLock
         alone = _Beside.pace(2.0)
-    print(f"{len(files)} copies, keys {low}..{high}, key column {key}")
+    print(f"{len(files)} copies, {sum(os.path.getsize(f) for f in files) / 2**20:.0f} MiB, keys {low}..{high}, "
+          f"key column {key}, packed {', '.join(Layout.stored(MappedCopy(files[0]).reader().schema).packed)}")
     for count in arguments.keys:
         for round_ in range(arguments.rounds):
             keys = np.unique(np.random.default_rng([count, round_]).choice(present, count)).astype(np.int64)

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from epochal.keyed.file_pruning import as_integers
 from epochal.keyed.local_copies import LocalCopies, MappedCopy
-from epochal.keyed.packed_rows import PACKED, SHORT_BYTES, Layout, row_bytes, short_type, value_bytes, widest
+from epochal.keyed.packed_rows import (PACKED, SHORT_BYTES, Layout, packable, row_bytes, short_type, value_bytes,
+                                       widest)
 
 _EPOCH = datetime.datetime(2000, 1, 1)
 
@@ -163,3 +164,19 @@ def test_a_copy_whose_later_batch_holds_wider_strings_sizes_its_slots_by_them(tm
     stored = Layout.stored(MappedCopy(copies.existing(path, "k")).reader().schema)
     assert stored.short == (("mode", 11),)
     assert "comment" not in stored.packed
+
+
+def test_strings_are_packed_only_where_a_slot_of_the_widest_costs_at_most_twice_the_column():
+    """Flags and comments of about even lengths take slots; a column of NULLs and one long note
+    would widen every row for it and stays apart, as does one past SHORT_BYTES."""
+    rows = 100
+    batch = pa.record_batch({
+        "flag": pa.array(["R", "A"] * (rows // 2)),
+        "comment": pa.array([("x" * (40 + i % 30)).encode() for i in range(rows)], pa.large_binary()),
+        "note": pa.array(["n" * 60] + [None] * (rows - 1)),
+        "essay": pa.array(["e" * (SHORT_BYTES + 1)] * rows)})
+    assert packable(batch) == {"flag": 1, "comment": 69}
+    layout = Layout.of(batch.schema, short=packable(batch))
+    assert layout.packed == ("flag", "comment")
+    back = layout.unpacked(row_bytes(layout.pack(batch).column(PACKED)), "comment")
+    assert back.equals(batch.column("comment"))

@@ -73,7 +73,7 @@ import pyarrow.parquet as pq
 
 from .. import faults
 from ..storage.warehouse import within
-from .packed_rows import PACKED, Layout, row_bytes, widest
+from .packed_rows import PACKED, Layout, packable, row_bytes, widest
 
 log = logging.getLogger("epochal")
 
@@ -730,7 +730,7 @@ class LocalCopies:
 
     def _written(self, parquet: pq.ParquetFile, key: str, out: str, short: dict[str, int] | None) -> np.ndarray:
         """Write `parquet`'s rows packed (packed_rows.Layout, its short strings' slots as wide as
-        `short` says, else as the first record batch's widest values) to `out`; their blocks'
+        `short` says, else as the first record batch's, `packable`) to `out`; their blocks'
         bounds. A later batch with a wider value raises _WiderValues, to write it again with it."""
         schema = parquet.schema_arrow
         field = {n.lower(): i for i, n in enumerate(schema.names)}[key.lower()]
@@ -742,7 +742,7 @@ class LocalCopies:
                 for groups in _joined_groups(parquet.metadata, self.copy_batch_rows):
                     rows = parquet.read_row_groups(groups, use_threads=False)
                     if layout is None:
-                        layout = Layout.of(schema, apart=(schema.names[field],), short=widest(rows))
+                        layout = Layout.of(schema, apart=(schema.names[field],), short=packable(rows))
                     values, missing = integers_and_nulls(rows.column(field).combine_chunks())
                     starts = _block_starts(parquet.metadata, groups, self.batch_rows)
                     lows.append(np.minimum.reduceat(np.where(missing, _INT64.max, values), starts))

@@ -6,12 +6,14 @@ two: its offsets and its bytes).
 
 A local copy holds its file this way (local_copies.py): a keyed read of a copy that the page cache
 lacks waits on a disk read for each page it touches, so with eight columns the rows of one key
-cost eight reads (docs/performance.md). A string or binary column whose values in the data packed
-take at most SHORT_BYTES bytes (`widest`: TPC-H's flags, ship modes and instructions) takes a slot
-of a length byte and its widest value's bytes; longer ones (comments), and other layouts (nested,
-dictionaries), stay columns beside the packed rows. The packing moves the bytes Arrow holds and
-nothing else, so what `unpacked` gives back is the same values of the same types, whatever the
-type: no value is converted.
+cost eight reads (docs/performance.md). A string or binary column takes a slot of a length byte
+and its widest value's bytes where that value takes at most SHORT_BYTES bytes and the slot at most
+SLOT_SPREAD times what the column takes apart, a value's offset and its mean bytes (`packable`:
+TPC-H's flags, names, addresses and comments, whose widest value is under twice the mean; a
+column of NULLs and a rare long note would widen every row for it). Other strings, and other
+layouts (nested, dictionaries), stay columns beside the packed rows. The packing moves the bytes
+Arrow holds and nothing else, so what `unpacked` gives back is the same values of the same types,
+whatever the type: no value is converted.
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ import pyarrow.ipc as ipc
 PACKED = "__epochal_packed_rows"  # the packed rows' column
 _SCHEMA = b"epochal.table_schema"  # the table's own schema (serialized) in the stored schema's metadata
 _SHORT = b"epochal.short_bytes"  # in the stored schema's metadata: each packed string column's widest value (JSON)
-SHORT_BYTES = 32  # a string or binary column is packed where its values take at most this many bytes
+SHORT_BYTES = 128  # a string or binary column is packed where its values take at most this many bytes
+SLOT_SPREAD = 2.0  # ... and its slot at most this many times its offsets' and mean value's bytes
+_LENGTHS = 256  # a slot's length byte tells this many lengths apart
 
 
 def value_bytes(type_: pa.DataType) -> int | None:
@@ -60,6 +64,21 @@ def widest(batch: pa.RecordBatch | pa.Table) -> dict[str, int]:
     return found
 
 
+def packable(batch: pa.RecordBatch | pa.Table) -> dict[str, int]:
+    """`widest` of the string and binary columns of `batch` worth packing: their widest value
+    takes at most SHORT_BYTES bytes, and a slot of it at most SLOT_SPREAD times what the column
+    takes apart (a value's offset and the mean value's bytes, a NULL's none)."""
+    found = {}
+    for field, column in zip(batch.schema, batch.columns):
+        if short_type(field.type) and len(column):
+            lengths = pc.binary_length(column)
+            largest = int(pc.max(lengths).as_py() or 0)
+            apart = np.dtype(_offsets_dtype(field.type)).itemsize + (pc.sum(lengths).as_py() or 0) / len(column)
+            if largest <= SHORT_BYTES and 1 + largest <= SLOT_SPREAD * apart:
+                found[field.name] = largest
+    return found
+
+
 @dataclasses.dataclass(frozen=True)
 class Layout:
     """Where each packed column's value lies in a row (`offsets`, `widths`), and its validity bit
@@ -77,14 +96,14 @@ class Layout:
     @classmethod
     def of(cls, schema: pa.Schema, apart: tuple[str, ...] = (), short: dict[str, int] | None = None) -> "Layout":
         """The layout of `schema`'s fixed-width columns, and of its string and binary columns whose
-        widest value in `short` (`widest` of the data to pack) is at most SHORT_BYTES, but those
+        widest value in `short` (`packable` of the data to pack) is at most SHORT_BYTES, but those
         `apart` (kept columns: a local copy keeps its key apart, since a read scans the key of a
         block of rows for the few rows that hold a key, and the packed rows of those rows only)."""
         short = short or {}
         packed, offsets, widths, shorts, at = [], [], [], [], 0
         for field in schema:
             width = value_bytes(field.type)
-            if short_type(field.type) and short.get(field.name, SHORT_BYTES + 1) <= SHORT_BYTES:
+            if short_type(field.type) and short.get(field.name, _LENGTHS) < min(SHORT_BYTES + 1, _LENGTHS):
                 shorts.append((field.name, short[field.name]))
                 width = 1 + short[field.name]
             if width and field.name not in apart:
