@@ -73,7 +73,7 @@ import pyarrow.parquet as pq
 
 from .. import faults
 from ..storage.warehouse import within
-from .packed_rows import PACKED, Layout, packable, row_bytes, widest
+from .packed_rows import PACKED, Layout, offsets_dtype, packable, row_bytes, widest
 
 log = logging.getLogger("epochal")
 
@@ -267,7 +267,7 @@ class MappedCopy:
         ranges, strings = [], []
         for array in arrays:
             ranges += self._fixed_ranges(array, rows)
-            if _offsets_type(array.type) is not None:
+            if offsets_dtype(array.type) is not None:
                 strings.append(array)
         self._advise(ranges)
         ranges = []
@@ -275,7 +275,7 @@ class MappedCopy:
             buffers = array.buffers()
             if len(buffers) < 3 or buffers[2] is None or not buffers[2].size:
                 continue
-            offsets = pa.Array.from_buffers(pa.from_numpy_dtype(_offsets_type(array.type)), len(array) + 1,
+            offsets = pa.Array.from_buffers(pa.from_numpy_dtype(offsets_dtype(array.type)), len(array) + 1,
                                             [None, buffers[1]], offset=array.offset)
             ranges.append((buffers[2].address, offsets.take(rows).to_numpy(), offsets.take(rows + 1).to_numpy()))
         self._advise(ranges)
@@ -289,7 +289,7 @@ class MappedCopy:
         found = []
         if buffers[0] is not None and array.null_count:
             found.append((buffers[0].address, at // 8, at // 8 + 1))
-        offsets, width = _offsets_type(array.type), _value_bytes(array.type)
+        offsets, width = offsets_dtype(array.type), _value_bytes(array.type)
         if offsets is not None:
             size = np.dtype(offsets).itemsize
             found.append((buffers[1].address, at * size, (at + 2) * size))
@@ -435,15 +435,6 @@ _mincore = _libc("mincore", [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p])
 _process_madvise = _libc("process_madvise", [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
                                              ctypes.c_uint], restype=ctypes.c_ssize_t) \
     if hasattr(mmap, "MADV_WILLNEED") else None
-
-
-def _offsets_type(type_: pa.DataType):
-    """The numpy type of a string or binary type's offsets; None for other layouts."""
-    if pa.types.is_string(type_) or pa.types.is_binary(type_):
-        return np.int32
-    if pa.types.is_large_string(type_) or pa.types.is_large_binary(type_):
-        return np.int64
-    return None
 
 
 def _value_bytes(type_: pa.DataType) -> int | None:

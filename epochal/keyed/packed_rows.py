@@ -50,12 +50,12 @@ def value_bytes(type_: pa.DataType) -> int | None:
 
 def short_type(type_: pa.DataType) -> bool:
     """Whether `type_` is packed where its values are short: a string or binary."""
-    return _offsets_dtype(type_) is not None
+    return offsets_dtype(type_) is not None
 
 
 def widest(batch: pa.RecordBatch | pa.Table) -> dict[str, int]:
     """The bytes of the widest value of each string or binary column of `batch` (0 where all
-    are NULL or empty): what `Layout.of` packs them by."""
+    are NULL or empty): whether it fits a layout's slots (`Layout.holds`)."""
     found = {}
     for field, column in zip(batch.schema, batch.columns):
         if short_type(field.type):
@@ -73,7 +73,7 @@ def packable(batch: pa.RecordBatch | pa.Table) -> dict[str, int]:
         if short_type(field.type) and len(column):
             lengths = pc.binary_length(column)
             largest = int(pc.max(lengths).as_py() or 0)
-            apart = np.dtype(_offsets_dtype(field.type)).itemsize + (pc.sum(lengths).as_py() or 0) / len(column)
+            apart = np.dtype(offsets_dtype(field.type)).itemsize + (pc.sum(lengths).as_py() or 0) / len(column)
             if largest <= SHORT_BYTES and 1 + largest <= SLOT_SPREAD * apart:
                 found[field.name] = largest
     return found
@@ -96,7 +96,8 @@ class Layout:
     @classmethod
     def of(cls, schema: pa.Schema, apart: tuple[str, ...] = (), short: dict[str, int] | None = None) -> "Layout":
         """The layout of `schema`'s fixed-width columns, and of its string and binary columns whose
-        widest value in `short` (`packable` of the data to pack) is at most SHORT_BYTES, but those
+        widest value in `short` (`packable` of the data to pack) is at most SHORT_BYTES (and tells
+        its length in a byte), but those
         `apart` (kept columns: a local copy keeps its key apart, since a read scans the key of a
         block of rows for the few rows that hold a key, and the packed rows of those rows only)."""
         short = short or {}
@@ -170,7 +171,7 @@ class Layout:
         if name in dict(self.short):
             lengths = np.where(valid, values[:, 0], 0).astype(np.int64)
             data = values[:, 1:][np.arange(width - 1) < lengths[:, None]]
-            offsets = np.concatenate(([0], np.cumsum(lengths))).astype(_offsets_dtype(type_))
+            offsets = np.concatenate(([0], np.cumsum(lengths))).astype(offsets_dtype(type_))
             return pa.Array.from_buffers(type_, len(rows), [validity, pa.py_buffer(offsets), pa.py_buffer(data)],
                                          null_count=nulls)
         if pa.types.is_boolean(type_):
@@ -189,8 +190,8 @@ def row_bytes(packed: pa.Array) -> np.ndarray:
     return data[packed.offset * width:(packed.offset + len(packed)) * width].reshape(len(packed), width)
 
 
-def _offsets_dtype(type_: pa.DataType):
-    """The numpy type of a string or binary type's offsets; None for other types."""
+def offsets_dtype(type_: pa.DataType):
+    """The numpy type of a string or binary type's offsets; None for other layouts."""
     if pa.types.is_string(type_) or pa.types.is_binary(type_):
         return np.int32
     if pa.types.is_large_string(type_) or pa.types.is_large_binary(type_):
@@ -206,7 +207,7 @@ def _slots_of(column: pa.Array, bytes_: int) -> np.ndarray:
     if not count:
         return slots
     buffers = column.buffers()
-    offsets = np.frombuffer(buffers[1], _offsets_dtype(column.type))[column.offset:column.offset + count + 1]
+    offsets = np.frombuffer(buffers[1], offsets_dtype(column.type))[column.offset:column.offset + count + 1]
     starts, lengths = offsets[:-1], np.diff(offsets)
     if column.null_count:
         lengths = np.where(np.asarray(column.is_valid().to_numpy(zero_copy_only=False), bool), lengths, 0)
