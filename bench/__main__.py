@@ -28,7 +28,7 @@ compactions, arrangement rebuilds) counted where it happens, and the daily maint
 cumulative seconds after every epoch and the first epoch from which the incremental total stays
 below the recompute's (the break-even); the noop, unread-columns and floor measurements are left
 out of it.
-Writes bench/results/<timestamp>/report.md, results.json and chart.png and prints the summary.
+Writes bench/results/<timestamp>-<commit>/report.md, results.json and chart.png and prints the summary.
 
     make bench ARGS="--scales 0.01 0.1 --epochs 3 --fraction 0.001 --queries 1 3 5"
 """
@@ -45,8 +45,9 @@ import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from bench.results_folder import results_folder
+
 SQL = Path(__file__).resolve().parent.parent / "assets" / "sql"
-RESULTS = Path(__file__).resolve().parent / "results"
 SOURCES = ("region", "nation", "supplier", "customer", "part", "partsupp", "orders", "lineitem")
 LOADED_AT = datetime(2026, 1, 1, tzinfo=timezone.utc)
 STEPWISE = "steps"  # `_epoch`'s bracket: each table's step between two recomputes of its SQL
@@ -1246,12 +1247,11 @@ def write_report(out: Path, text: str, runs: list[dict], sweep: list[dict]) -> N
 
 def main(argv=None) -> None:
     arguments = _arguments(argv)
-    started = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     work = Path(arguments.work)
     work.mkdir(parents=True, exist_ok=True)
     spark = start_session(arguments.driver_memory)
-    out = RESULTS / started
-    out.mkdir(parents=True, exist_ok=True)
+    out = results_folder()
+    started = out.name
     runs, sweep = [], []
 
     def save(in_progress: dict | None = None):

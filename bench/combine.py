@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import argparse
 import json
-from datetime import datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
 
-from bench.__main__ import RESULTS, report_markdown, write_report
+from bench.__main__ import report_markdown, write_report
+from bench.results_folder import results_folder
 
 
 def _total(values):
@@ -103,9 +103,8 @@ def main(argv=None) -> None:
     folders = [Path(p) for p in arguments.parts]
     parts = [json.loads((folder / "results.json").read_text()) for folder in folders]
     merged, runs, sweep = combine(parts)
-    started = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    out = RESULTS / f"{started}-combined"
-    out.mkdir(parents=True)
+    out = results_folder("combined")
+    started = out.name
     (out / "results.json").write_text(json.dumps(dict(arguments=vars(merged), runs=runs, sweep=sweep,
                                                       parts=[str(f) for f in folders]), indent=1))
     text = report_markdown(merged, runs, sweep, started)

@@ -12,7 +12,7 @@ materializes `batches` hourly batches, then one more batch is applied and observ
 partition is closed and not yet materialized. Each side runs on a copy of it (sources, tables,
 engine state and the Dagster instance), so both apply the same epoch over the same state. The
 split comes from the run's event log (each asset logs its seconds by phase, assets/derived.py's
-SECONDS_LINE). Writes bench/results/<timestamp>-dagster/report.md and results.json.
+SECONDS_LINE). Writes bench/results/<timestamp>-<commit>-dagster/report.md and results.json.
 
 Dagster and the code location are imported where they are used, as in bench/__main__.py: importing
 `definitions` builds the definitions of the default warehouse, and the preparing process must set
@@ -33,8 +33,9 @@ from collections import Counter
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from bench.results_folder import results_folder
+
 REPOSITORY = Path(__file__).resolve().parent.parent
-RESULTS = REPOSITORY / "bench" / "results"
 HOUR = timedelta(hours=1)
 SIDES = ("incremental", "full refresh")
 
@@ -187,9 +188,7 @@ def main(argv=None) -> None:
                         str(arguments.fraction), "--seed", str(arguments.seed)], cwd=REPOSITORY, check=True,
                        env={**os.environ, "PYTHONPATH": str(REPOSITORY)})
     prepared = json.loads((base / "bench.json").read_text())
-    started = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    out = RESULTS / f"{started}-dagster"
-    out.mkdir(parents=True, exist_ok=True)
+    out = results_folder("dagster")
     results = {}
     for side in SIDES:
         copy = Path(arguments.work) / f"dagster-run-{side.replace(' ', '-')}"
