@@ -722,7 +722,8 @@ class LocalCopies:
     def _written(self, parquet: pq.ParquetFile, key: str, out: str, short: dict[str, int] | None) -> np.ndarray:
         """Write `parquet`'s rows packed (packed_rows.Layout, its short strings' slots as wide as
         `short` says, else as the first record batch's, `packable`) to `out`; their blocks'
-        bounds. A later batch with a wider value raises _WiderValues, to write it again with it."""
+        bounds. A later batch with a wider value raises _WiderValues, to write it again with it
+        (the batch that sized the slots holds by construction)."""
         schema = parquet.schema_arrow
         field = {n.lower(): i for i, n in enumerate(schema.names)}[key.lower()]
         lows, highs, nulls, counts = [], [], [], []
@@ -732,7 +733,8 @@ class LocalCopies:
             try:
                 for groups in _joined_groups(parquet.metadata, self.copy_batch_rows):
                     rows = parquet.read_row_groups(groups, use_threads=False)
-                    if layout is None:
+                    sized = layout is None
+                    if sized:
                         layout = Layout.of(schema, apart=(schema.names[field],), short=packable(rows))
                     values, missing = integers_and_nulls(rows.column(field).combine_chunks())
                     starts = _block_starts(parquet.metadata, groups, self.batch_rows)
@@ -742,7 +744,7 @@ class LocalCopies:
                     counts.append(np.diff(np.append(starts, rows.num_rows)))
                     writer = writer or ipc.new_file(sink, layout.stored_schema())
                     for batch in rows.combine_chunks().to_batches():
-                        if not layout.holds(batch):
+                        if not sized and not layout.holds(batch):
                             found = widest(batch)
                             raise _WiderValues({name: max(bytes_, found[name]) for name, bytes_ in layout.short})
                         writer.write_batch(layout.pack(batch))

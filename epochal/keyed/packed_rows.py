@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
+from numpy.lib.stride_tricks import sliding_window_view
 
 PACKED = "__epochal_packed_rows"  # the packed rows' column
 _SCHEMA = b"epochal.table_schema"  # the table's own schema (serialized) in the stored schema's metadata
@@ -214,12 +215,13 @@ def _slots_of(column: pa.Array, bytes_: int) -> np.ndarray:
     if int(lengths.max()) > bytes_:
         raise ValueError(f"a value of {int(lengths.max())} bytes in a slot of {bytes_}")
     data = np.frombuffer(buffers[2], np.uint8) if buffers[2] is not None else np.empty(0, np.uint8)
-    for at in range(bytes_):
-        holding = lengths > at
-        if holding.all():
-            slots[:, 1 + at] = data[starts + at]
-        else:
-            slots[holding, 1 + at] = data[starts[holding] + at]
+    if bytes_:
+        first = int(starts.min())
+        padded = np.zeros(int(starts.max()) - first + bytes_, np.uint8)
+        held = data[first:first + len(padded)]
+        padded[:len(held)] = held
+        slots[:, 1:] = sliding_window_view(padded, bytes_)[starts - first]
+        slots[:, 1:] *= np.arange(bytes_) < lengths[:, None]
     slots[:, 0] = lengths
     return slots
 
